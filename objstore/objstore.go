@@ -67,7 +67,7 @@ type PutOptions struct {
 	// Metadata is stored with the object. Keys must be lower-case ASCII
 	// letters, digits and '_' (the intersection every backend accepts).
 	Metadata map[string]string
-	// Size is the body length when known, -1 (or 0 with a nil body) otherwise.
+	// Size is the body length when known and > 0; 0 or -1 mean unknown.
 	// Backends use it to choose single-shot or streamed uploads.
 	Size int64
 }

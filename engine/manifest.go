@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// Manifest is base version Version: an immutable list of data files and,
+// per shard, the highest generation merged into it. Every generation of a
+// shard up to its watermark is in the base; every later one is pending.
+type Manifest struct {
+	Version    uint64            `json:"version"`
+	Parent     uint64            `json:"parent"`
+	CreatedAt  time.Time         `json:"created_at"`
+	Schema     int               `json:"schema"`
+	Files      []FileMeta        `json:"files"`
+	Watermarks map[string]uint64 `json:"watermarks"`
+	Rows       int64             `json:"rows"`
+	// PayloadBytes sums payload sizes (inline and external).
+	PayloadBytes int64 `json:"payload_bytes"`
+	// Duplicates counts ids dropped as cross-shard duplicates so far.
+	Duplicates int64 `json:"duplicates"`
+}
+
+// FileMeta describes one data file. Per-batch id ranges and row locations
+// are in the file's index object (rowfile.Layout), loaded on first use.
+type FileMeta struct {
+	Name       string `json:"name"`
+	Rows       int64  `json:"rows"`
+	Bytes      int64  `json:"bytes"`
+	IndexBytes int64  `json:"index_bytes"`
+	MinID      string `json:"min_id"`
+	MaxID      string `json:"max_id"`
+}
+
+func (f FileMeta) covers(id string) bool { return f.Rows > 0 && id >= f.MinID && id <= f.MaxID }
+
+// hint is the advisory pointer to the newest version; readers probe past it,
+// so a stale or missing hint costs requests, never correctness.
+type hint struct {
+	Version uint64 `json:"version"`
+}
+
+func (t *Table) loadManifest(ctx context.Context, v uint64) (*Manifest, error) {
+	data, _, err := objstore.ReadAll(ctx, t.db.store, t.lay.Version(v), t.db.cfg.MaxManifestBytes)
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("base manifest %d: %w", v, err)
+	}
+	if m.Version != v {
+		return nil, fmt.Errorf("base manifest %d claims version %d", v, m.Version)
+	}
+	return &m, nil
+}
+
+// latestVersion finds the newest committed version without listing every
+// version: start from a known version (or the hint) and probe forward with
+// HEADs until one is missing. Version 0 means "no base yet".
+func (t *Table) latestVersion(ctx context.Context, known uint64) (uint64, error) {
+	start := known
+	if start == 0 {
+		if data, _, err := objstore.ReadAll(ctx, t.db.store, t.lay.LatestHint(), 4096); err == nil {
+			var h hint
+			if json.Unmarshal(data, &h) == nil {
+				start = h.Version
+			}
+		} else if !errors.Is(err, objstore.ErrNotFound) {
+			return 0, err
+		}
+	}
+	if start > 0 {
+		if _, err := t.db.store.Head(ctx, t.lay.Version(start)); errors.Is(err, objstore.ErrNotFound) {
+			// A hint older than retention: fall back to listing (retention keeps
+			// the listing short).
+			return t.listLatest(ctx)
+		} else if err != nil {
+			return 0, err
+		}
+	}
+	v := start
+	for probes := 0; ; probes++ {
+		if probes == 16 {
+			return t.listLatest(ctx)
+		}
+		_, err := t.db.store.Head(ctx, t.lay.Version(v+1))
+		if errors.Is(err, objstore.ErrNotFound) {
+			return v, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		v++
+	}
+}
+
+func (t *Table) listLatest(ctx context.Context) (uint64, error) {
+	var latest uint64
+	err := t.db.store.List(ctx, t.lay.VersionsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		if v, ok := t.lay.ParseVersion(e.Key); ok && v > latest {
+			latest = v
+		}
+		return nil
+	})
+	return latest, err
+}
+
+// listVersions lists every retained version number in ascending order.
+func (t *Table) listVersions(ctx context.Context) ([]objstore.Entry, []uint64, error) {
+	var es []objstore.Entry
+	var vs []uint64
+	err := t.db.store.List(ctx, t.lay.VersionsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		if v, ok := t.lay.ParseVersion(e.Key); ok {
+			es = append(es, e)
+			vs = append(vs, v)
+		}
+		return nil
+	})
+	return es, vs, err
+}
+
+// commitManifest creates version m.Version; ErrPrecondition means another
+// committer won that number.
+func (t *Table) commitManifest(ctx context.Context, m *Manifest) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = t.db.store.Put(ctx, t.lay.Version(m.Version), bytes.NewReader(body),
+		objstore.PutOptions{IfNotExists: true, Size: int64(len(body))})
+	if err != nil {
+		return err
+	}
+	// Best effort: a stale hint only costs probes.
+	h, _ := json.Marshal(hint{Version: m.Version})
+	if _, err := t.db.store.Put(ctx, t.lay.LatestHint(), bytes.NewReader(h), objstore.PutOptions{Size: int64(len(h))}); err != nil {
+		t.db.cfg.Logger.Warn("writing latest-version hint", "table", t.lay.Name(), "err", err)
+	}
+	return nil
+}
+
+// emptyManifest is version 0: no files, nothing merged.
+func emptyManifest() *Manifest {
+	return &Manifest{Watermarks: map[string]uint64{}, Schema: schemaVersion}
+}
+
+func (m *Manifest) watermark(shard string) uint64 { return m.Watermarks[shard] }
+
+func (m *Manifest) clone() *Manifest {
+	c := *m
+	c.Files = append([]FileMeta(nil), m.Files...)
+	c.Watermarks = make(map[string]uint64, len(m.Watermarks))
+	for k, v := range m.Watermarks {
+		c.Watermarks[k] = v
+	}
+	return &c
+}
+
+// dataKeys returns the keys of a data file and its index. Names come from
+// manifests and are validated there; a bad one is reported, not panicked on.
+func dataKeys(lay layout.Table, name string) (data, index string, err error) {
+	if data, err = lay.DataFile(name); err != nil {
+		return "", "", err
+	}
+	index, err = lay.DataIndex(name)
+	return data, index, err
+}

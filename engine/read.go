@@ -1,0 +1,391 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// ReadOptions select what a read sees.
+type ReadOptions struct {
+	// Version pins the read to one base version: no WAL, no refresh, no
+	// retry against newer versions. 0 reads the latest view.
+	Version uint64
+}
+
+// maxRetries bounds how often a read retries after a WAL file vanished
+// under it (invariant 6): a concurrent merge reclaims a generation at most
+// once per commit, so two retries against fresh snapshots suffice; a file
+// still missing after that is an error, not a loop.
+const maxRetries = 2
+
+// Get returns a row's metadata (payload bytes are not loaded).
+func (t *Table) Get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
+	if err := rowfile.ValidateID(id); err != nil {
+		return nil, err
+	}
+	var out *Record
+	var attempts int
+	err := t.withRow(ctx, id, opts, &attempts, func(ctx context.Context, loc location) error {
+		rec, err := t.readRow(ctx, loc)
+		if err == nil {
+			out = rec
+		}
+		return err
+	})
+	return out, err
+}
+
+// withRow finds id and calls use with its location, recovering from
+// files reclaimed under the read:
+//
+//  1. Base first, from the resident snapshot: immutable ids make a base hit
+//     final, and a warm hit costs no listing.
+//  2. Otherwise a refresh that started after the read began (so every write
+//     acknowledged before the read is visible), base again, then the
+//     pending generations.
+//  3. After a complete WAL miss, the latest base once more: the row may have
+//     been merged and its generation reclaimed between the refresh's base
+//     check and its WAL listing.
+//
+// If use fails with objstore.ErrNotFound, the file was reclaimed (or, for a
+// stale snapshot, collected): retry against a fresh snapshot, at most
+// maxRetries times, counted in *attempts across calls for one logical read.
+func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attempts *int, use func(context.Context, location) error) error {
+	if t.dropped.Load() {
+		return fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+	}
+	if opts.Version > 0 {
+		return t.withPinned(ctx, id, opts.Version, use)
+	}
+	st := t.db.stats
+	hooks := t.db.cfg.Hooks
+	ticket := t.refresh.ticket()
+	if s := t.snap.Load(); s != nil && *attempts == 0 {
+		if loc, ok := s.findBase(id); ok {
+			if err := hooks.Call(ctx, "read:located"); err != nil {
+				return err
+			}
+			err := use(ctx, loc)
+			if err == nil {
+				st.ReadBaseHits.Add(1)
+				return nil
+			}
+			if !errors.Is(err, objstore.ErrNotFound) {
+				return err
+			}
+			// A data file of a stale snapshot was collected; recover below.
+			*attempts++
+			st.ReadRetries.Add(1)
+		}
+	}
+	for {
+		s, err := t.refreshed(ctx, ticket)
+		if err != nil {
+			return err
+		}
+		loc, ok := s.findBase(id)
+		if !ok {
+			if loc, ok, err = s.findWAL(id); err != nil {
+				st.ReadOverloaded.Add(1)
+				return err
+			}
+		}
+		late := false
+		if !ok {
+			if err := hooks.Call(ctx, "read:wal-miss"); err != nil {
+				return err
+			}
+			latest, err := t.latestVersion(ctx, s.version())
+			if err != nil {
+				return err
+			}
+			if latest != s.version() {
+				b, err := t.loadBase(ctx, latest)
+				if err != nil {
+					return err
+				}
+				t.install(b)
+				loc, ok = b.findBase(id)
+				late = ok
+			}
+			if !ok {
+				st.ReadAbsent.Add(1)
+				return fmt.Errorf("%w: %q", ErrNotFound, id)
+			}
+		}
+		if err := hooks.Call(ctx, "read:located"); err != nil {
+			return err
+		}
+		err = use(ctx, loc)
+		if err == nil {
+			switch {
+			case late:
+				st.ReadLateBaseHits.Add(1)
+			case loc.inBase:
+				st.ReadBaseHits.Add(1)
+			default:
+				st.ReadWALHits.Add(1)
+			}
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return err
+		}
+		if *attempts >= maxRetries {
+			st.ReadMissingFile.Add(1)
+			return fmt.Errorf("%w: %s after %d attempts: %w", ErrMissingFile, loc.key, *attempts+1, err)
+		}
+		*attempts++
+		st.ReadRetries.Add(1)
+		ticket = t.refresh.ticket()
+	}
+}
+
+// withPinned reads from exactly one base version, once.
+func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(context.Context, location) error) error {
+	s, err := t.pinned.GetOrLoad(ctx, v, func(ctx context.Context) (*snapshot, int64, error) {
+		s, err := t.loadBase(ctx, v)
+		return s, 1, err
+	})
+	if errors.Is(err, objstore.ErrNotFound) {
+		return t.versionMissing(ctx, v)
+	}
+	if err != nil {
+		return err
+	}
+	loc, ok := s.findBase(id)
+	if !ok {
+		t.db.stats.ReadAbsent.Add(1)
+		return fmt.Errorf("%w: %q in version %d", ErrNotFound, id, v)
+	}
+	if err := t.db.cfg.Hooks.Call(ctx, "read:located"); err != nil {
+		return err
+	}
+	err = use(ctx, loc)
+	if errors.Is(err, objstore.ErrNotFound) {
+		// The version's files were collected while it was cached here.
+		t.pinned.Remove(v)
+		t.db.stats.ReadMissingFile.Add(1)
+		return fmt.Errorf("%w: version %d: %w", ErrVersionGone, v, err)
+	}
+	if err == nil {
+		t.db.stats.ReadBaseHits.Add(1)
+	}
+	return err
+}
+
+func (t *Table) versionMissing(ctx context.Context, v uint64) error {
+	latest, err := t.latestVersion(ctx, t.snap.Load().version())
+	if err != nil {
+		return err
+	}
+	if v <= latest {
+		return fmt.Errorf("%w: %d", ErrVersionGone, v)
+	}
+	return fmt.Errorf("%w: %d (latest is %d)", ErrNoVersion, v, latest)
+}
+
+// readRow fetches a row's batch (one ranged GET, or none when cached; batches
+// are immutable) and returns the row without payload bytes.
+func (t *Table) readRow(ctx context.Context, loc location) (*Record, error) {
+	ck := loc.key + "#" + strconv.FormatInt(loc.batch.Offset, 10)
+	rows, err := t.db.batches.GetOrLoad(ctx, ck, func(ctx context.Context) ([]rowfile.Record, int64, error) {
+		rc, err := t.db.store.GetRange(ctx, loc.key, loc.batch.Offset, loc.batch.Length)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer rc.Close()
+		data := make([]byte, loc.batch.Length)
+		if _, err := io.ReadFull(rc, data); err != nil {
+			return nil, 0, readErr(loc.key, err)
+		}
+		rows, err := rowfile.DecodeBatch(data, false)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", loc.key, err)
+		}
+		var size int64
+		for i := range rows {
+			size += int64(len(rows[i].ID)+len(rows[i].RolloutID)+len(rows[i].Metadata)+len(rows[i].PayloadRef)) + 256
+		}
+		return rows, size, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if int(loc.loc.Row) >= len(rows) || rows[loc.loc.Row].ID != loc.loc.ID {
+		return nil, fmt.Errorf("%w: %s: batch does not hold %q at row %d", rowfile.ErrCorrupt, loc.key, loc.loc.ID, loc.loc.Row)
+	}
+	rec := rows[loc.loc.Row]
+	return &rec, nil
+}
+
+// readErr keeps ErrNotFound visible through a short read: a body cut off
+// because its object vanished is the retryable case, not corruption.
+func readErr(key string, err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: short read: %w", key, err)
+	}
+	return err
+}
+
+// RangeError reports a payload range that starts past the payload's end.
+type RangeError struct{ Size int64 }
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("range not satisfiable: payload is %d bytes", e.Size)
+}
+
+// Payload is an open payload read. Close it to release its share of the
+// in-flight byte budget.
+type Payload struct {
+	Record *Record
+	// Offset and Length are the range being served.
+	Offset, Length int64
+
+	t        *Table
+	opts     ReadOptions
+	attempts int
+	rc       io.ReadCloser
+	read     int64
+	release  func()
+}
+
+// OpenPayload opens length bytes of a payload from offset (length < 0: to
+// the end). The bytes stream from the store; if the file under the read is
+// reclaimed mid-stream, the read resumes from the row's new home at the
+// same offset, within the same bounded retries.
+func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
+	if err := rowfile.ValidateID(id); err != nil {
+		return nil, err
+	}
+	p := &Payload{t: t, opts: opts}
+	err := t.withRow(ctx, id, opts, &p.attempts, func(ctx context.Context, loc location) error {
+		rec, err := t.readRow(ctx, loc)
+		if err != nil {
+			return err
+		}
+		if p.Record == nil {
+			if offset < 0 || offset > rec.PayloadSize {
+				return &RangeError{Size: rec.PayloadSize}
+			}
+			n := rec.PayloadSize - offset
+			if length >= 0 && length < n {
+				n = length
+			}
+			p.Record, p.Offset, p.Length = rec, offset, n
+			release, err := t.db.budget.reserve(n)
+			if err != nil {
+				t.db.stats.ReadOverloaded.Add(1)
+				return err
+			}
+			p.release = release
+		}
+		if err := t.db.cfg.Hooks.Call(ctx, "read:row-read"); err != nil {
+			return err
+		}
+		rc, err := t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
+		if err != nil {
+			return err
+		}
+		if err := t.db.cfg.Hooks.Call(ctx, "read:payload-opened"); err != nil {
+			rc.Close()
+			return err
+		}
+		p.rc = rc
+		return nil
+	})
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (t *Table) openSpan(ctx context.Context, loc location, off, n int64) (io.ReadCloser, error) {
+	if n == 0 {
+		return io.NopCloser(eofReader{}), nil
+	}
+	if loc.loc.Ref != "" {
+		return t.db.store.GetRange(ctx, loc.loc.Ref, off, n)
+	}
+	return t.db.store.GetRange(ctx, loc.key, loc.loc.POff+off, n)
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// ReadContext reads with ctx used for any re-open after a mid-stream loss.
+func (p *Payload) ReadContext(ctx context.Context, b []byte) (int, error) {
+	if p.read >= p.Length {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.Length-p.read {
+		b = b[:p.Length-p.read]
+	}
+	for {
+		n, err := p.rc.Read(b)
+		p.read += int64(n)
+		if err == io.EOF && p.read < p.Length {
+			err = fmt.Errorf("payload of %q: body ended at %d of %d bytes: %w", p.Record.ID, p.read, p.Length, io.ErrUnexpectedEOF)
+		}
+		if err == nil || err == io.EOF || n > 0 {
+			if err != nil && err != io.EOF && n > 0 {
+				err = nil // report the bytes now; the error recurs on the next Read
+			}
+			return n, err
+		}
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return 0, err
+		}
+		if rerr := p.reopen(ctx); rerr != nil {
+			return 0, rerr
+		}
+	}
+}
+
+// Read implements io.Reader.
+func (p *Payload) Read(b []byte) (int, error) { return p.ReadContext(context.Background(), b) }
+
+// reopen finds the row again after its file vanished mid-stream and opens
+// the rest of the range there. The content is immutable, which the checksum
+// comparison enforces.
+func (p *Payload) reopen(ctx context.Context) error {
+	p.rc.Close()
+	want := p.Record.PayloadSHA256
+	return p.t.withRow(ctx, p.Record.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
+		rec, err := p.t.readRow(ctx, loc)
+		if err != nil {
+			return err
+		}
+		if rec.PayloadSHA256 != want || rec.PayloadSize != p.Record.PayloadSize {
+			return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, rec.ID)
+		}
+		rc, err := p.t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
+		if err != nil {
+			return err
+		}
+		p.rc = rc
+		return nil
+	})
+}
+
+// Close releases the read.
+func (p *Payload) Close() error {
+	var err error
+	if p.rc != nil {
+		err = p.rc.Close()
+		p.rc = nil
+	}
+	if p.release != nil {
+		p.release()
+		p.release = nil
+	}
+	return err
+}

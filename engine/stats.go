@@ -1,0 +1,32 @@
+package engine
+
+import "sync/atomic"
+
+// Stats are the engine's counters, read by the service's metrics. Every
+// field only grows.
+type Stats struct {
+	ReadBaseHits     atomic.Int64 // served from the base
+	ReadWALHits      atomic.Int64 // served from a pending generation
+	ReadAbsent       atomic.Int64 // answered "absent"
+	ReadRetries      atomic.Int64 // retries after a WAL file vanished
+	ReadLateBaseHits atomic.Int64 // found in the base only after a complete WAL miss
+	ReadMissingFile  atomic.Int64 // files missing after the bounded retries
+	ReadOverloaded   atomic.Int64 // refused by a read cap or the byte budget
+	Refreshes        atomic.Int64 // snapshot refreshes performed
+
+	Appends        atomic.Int64 // rows acknowledged
+	AppendRetries  atomic.Int64 // identical retries answered idempotently
+	AppendConflict atomic.Int64 // refused: same id, other content
+	Segments       atomic.Int64 // WAL segments written
+	Seals          atomic.Int64 // generations sealed
+
+	Merges            atomic.Int64 // base versions committed by this process
+	MergeConflicts    atomic.Int64 // commits lost to another committer
+	MergedRows        atomic.Int64
+	MergeDuplicates   atomic.Int64 // cross-shard duplicate ids dropped at merge
+	MergeNanos        atomic.Int64 // time spent in merge passes
+	GensReclaimed     atomic.Int64
+	VersionsCollected atomic.Int64
+	FilesCollected    atomic.Int64
+	OrphansSwept      atomic.Int64
+}
