@@ -87,11 +87,127 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 	if err := cfg.Hooks.Call(ctx, "write:after-payload"); err != nil {
 		return AppendResult{}, err // a crash here leaves an orphan payload
 	}
-	res, err := w.submit(ctx, &rec)
-	if err != nil || !res.Created {
+	res, err := w.submit(ctx, []*Record{&rec})
+	var be *BatchError
+	if errors.As(err, &be) {
+		err = be.Err
+	}
+	if err != nil || !res[0].Created {
 		w.discardPayload(&rec)
 	}
-	return res, err
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return res[0], nil
+}
+
+// BatchItem is one row of a batch append, its payload in memory (batches
+// arrive as NDJSON or Arrow, so the caller holds them anyway).
+type BatchItem struct {
+	Record  Record
+	Payload []byte
+}
+
+// BatchError names the item that failed a batch.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string { return fmt.Sprintf("item %d: %v", e.Index, e.Err) }
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// AppendBatch writes all items or none: they are validated and checked
+// against existing rows first, then committed in one segment, one atomic
+// put. An identical retry of an item reports Created=false for it.
+func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendResult, error) {
+	cfg := t.db.cfg
+	if t.dropped.Load() {
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+	}
+	if len(items) == 0 {
+		return nil, nil
+	}
+	if len(items) > cfg.SegmentMaxRows {
+		return nil, fmt.Errorf("%w: batch of %d rows exceeds %d", ErrTooLarge, len(items), cfg.SegmentMaxRows)
+	}
+	recs := make([]*Record, len(items))
+	first := map[string]int{}
+	var dupOf []int // index in recs of the first item with the same id, or -1
+	for i := range items {
+		rec := items[i].Record
+		if rec.CreatedAt.IsZero() {
+			rec.CreatedAt = cfg.Now()
+		}
+		rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
+		if rec.ContentType == "" {
+			rec.ContentType = "application/octet-stream"
+		}
+		rec.Payload, rec.PayloadRef = nil, ""
+		rec.PayloadSize = int64(len(items[i].Payload))
+		rec.PayloadSHA256 = sha256.Sum256(items[i].Payload)
+		if err := rec.Validate(); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		if rec.PayloadSize > cfg.MaxPayload {
+			return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %d bytes", ErrTooLarge, rec.PayloadSize)}
+		}
+		recs[i] = &rec
+		if j, ok := first[rec.ID]; ok {
+			if !rowfile.SameContent(recs[j], &rec) {
+				return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %q repeated in the batch", ErrConflict, rec.ID)}
+			}
+			dupOf = append(dupOf, j)
+			continue
+		}
+		first[rec.ID] = i
+		dupOf = append(dupOf, -1)
+	}
+	w, err := t.shardWriter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var unique []*Record
+	var pos []int
+	for i, rec := range recs {
+		if dupOf[i] >= 0 {
+			continue
+		}
+		if err := w.stream(ctx, rec, bytes.NewReader(items[i].Payload), int64(len(items[i].Payload))); err != nil {
+			w.discardAll(unique)
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		unique = append(unique, rec)
+		pos = append(pos, i)
+	}
+	res, err := w.submit(ctx, unique)
+	if err != nil {
+		w.discardAll(unique)
+		var be *BatchError
+		if errors.As(err, &be) {
+			be.Index = pos[be.Index]
+		}
+		return nil, err
+	}
+	out := make([]AppendResult, len(items))
+	for j, r := range res {
+		out[pos[j]] = r
+		if !r.Created {
+			w.discardPayload(unique[j])
+		}
+	}
+	for i, j := range dupOf {
+		if j >= 0 {
+			out[i] = AppendResult{Record: out[j].Record, Created: false}
+		}
+	}
+	return out, nil
+}
+
+func (w *shardWriter) discardAll(recs []*Record) {
+	for _, r := range recs {
+		w.discardPayload(r)
+	}
 }
 
 // stream reads the payload, inline or into its own object, and fills in

@@ -41,10 +41,19 @@ type shardWriter struct {
 	genStart time.Time
 }
 
+// appendReq is one unit of commit: its rows go into one segment together.
 type appendReq struct {
-	rec  *Record
+	recs []*Record
 	done chan struct{}
 	err  error
+}
+
+func (r *appendReq) bytes() int64 {
+	var n int64
+	for _, rec := range r.recs {
+		n += int64(len(rec.Payload)) + 512
+	}
+	return n
 }
 
 func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
@@ -117,43 +126,79 @@ func (w *shardWriter) currentGen() uint64 {
 	return w.gen
 }
 
-// submit queues a row and waits until it is durable. Another append of the
-// same id in flight is waited for, then compared: an identical retry
-// succeeds without a second row, different content is a conflict.
-func (w *shardWriter) submit(ctx context.Context, rec *Record) (AppendResult, error) {
+// submit queues rows (one append, or one all-or-nothing batch, which is
+// committed in a single segment) and waits until they are durable. Another
+// append of the same id in flight is waited for, then compared: an
+// identical retry succeeds without a second row, different content is a
+// conflict. recs must be free of duplicate ids.
+func (w *shardWriter) submit(ctx context.Context, recs []*Record) ([]AppendResult, error) {
+	results := make([]AppendResult, len(recs))
 	for {
 		// Rows visible to a fresh read: the base or any shard's WAL.
-		existing, err := w.t.Get(ctx, rec.ID, ReadOptions{})
-		switch {
-		case err == nil:
-			return w.compare(existing, rec)
-		case !errors.Is(err, ErrNotFound):
-			return AppendResult{}, err
+		var todo []*Record
+		var idx []int
+		for i, rec := range recs {
+			existing, err := w.t.Get(ctx, rec.ID, ReadOptions{})
+			switch {
+			case err == nil:
+				r, err := w.compare(existing, rec)
+				if err != nil {
+					return nil, &BatchError{Index: i, Err: err}
+				}
+				results[i] = r
+			case errors.Is(err, ErrNotFound):
+				todo = append(todo, rec)
+				idx = append(idx, i)
+			default:
+				return nil, err
+			}
+		}
+		if len(todo) == 0 {
+			return results, nil
 		}
 		w.mu.Lock()
 		if w.err != nil {
 			err := w.err
 			w.mu.Unlock()
-			return AppendResult{}, err
+			return nil, err
 		}
-		if prev := w.recent[rec.ID]; prev != nil {
-			w.mu.Unlock()
-			return w.compare(prev, rec)
+		var wait *appendReq
+		var fresh []*Record
+		var freshIdx []int
+		for j, rec := range todo {
+			if prev := w.recent[rec.ID]; prev != nil {
+				r, err := w.compare(prev, rec)
+				if err != nil {
+					w.mu.Unlock()
+					return nil, &BatchError{Index: idx[j], Err: err}
+				}
+				results[idx[j]] = r
+				continue
+			}
+			if prev := w.inflight[rec.ID]; prev != nil {
+				wait = prev
+				break
+			}
+			fresh = append(fresh, rec)
+			freshIdx = append(freshIdx, idx[j])
 		}
-		if prev := w.inflight[rec.ID]; prev != nil {
+		if wait != nil {
 			w.mu.Unlock()
 			select {
-			case <-prev.done:
+			case <-wait.done:
 			case <-ctx.Done():
-				return AppendResult{}, ctx.Err()
+				return nil, ctx.Err()
 			}
-			if prev.err == nil {
-				return w.compare(prev.rec, rec)
-			}
-			continue // the earlier attempt failed: try ours
+			continue
 		}
-		req := &appendReq{rec: rec, done: make(chan struct{})}
-		w.inflight[rec.ID] = req
+		if len(fresh) == 0 {
+			w.mu.Unlock()
+			return results, nil
+		}
+		req := &appendReq{recs: fresh, done: make(chan struct{})}
+		for _, rec := range fresh {
+			w.inflight[rec.ID] = req
+		}
 		w.queue = append(w.queue, req)
 		w.mu.Unlock()
 		select {
@@ -165,13 +210,16 @@ func (w *shardWriter) submit(ctx context.Context, rec *Record) (AppendResult, er
 		case <-ctx.Done():
 			// Not acknowledged; it may still become durable, which an
 			// identical retry then finds.
-			return AppendResult{}, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if req.err != nil {
-			return AppendResult{}, req.err
+			return nil, req.err
 		}
-		w.t.db.stats.Appends.Add(1)
-		return AppendResult{Record: rec, Created: true}, nil
+		for j, rec := range fresh {
+			results[freshIdx[j]] = AppendResult{Record: rec, Created: true}
+		}
+		w.t.db.stats.Appends.Add(int64(len(fresh)))
+		return results, nil
 	}
 }
 
@@ -247,11 +295,13 @@ func (w *shardWriter) commitNext() bool {
 	}
 	var batch []*appendReq
 	var bytes int64
-	for len(w.queue) > 0 && len(batch) < cfg.SegmentMaxRows {
-		n := int64(len(w.queue[0].rec.Payload)) + 512
-		if len(batch) > 0 && bytes+n > cfg.SegmentMaxBytes {
+	rows := 0
+	for len(w.queue) > 0 {
+		n := w.queue[0].bytes()
+		if len(batch) > 0 && (bytes+n > cfg.SegmentMaxBytes || rows+len(w.queue[0].recs) > cfg.SegmentMaxRows) {
 			break
 		}
+		rows += len(w.queue[0].recs)
 		bytes += n
 		batch = append(batch, w.queue[0])
 		w.queue = w.queue[1:]
@@ -263,10 +313,12 @@ func (w *shardWriter) commitNext() bool {
 	w.mu.Lock()
 	for _, req := range batch {
 		req.err = err
-		if err == nil {
-			w.recent[req.rec.ID] = req.rec
+		for _, rec := range req.recs {
+			if err == nil {
+				w.recent[rec.ID] = rec
+			}
+			delete(w.inflight, rec.ID)
 		}
-		delete(w.inflight, req.rec.ID)
 		close(req.done)
 	}
 	w.mu.Unlock()
@@ -278,9 +330,11 @@ func (w *shardWriter) commitNext() bool {
 
 func (w *shardWriter) writeSegment(gen uint64, batch []*appendReq) error {
 	t := w.t
-	rows := make([]rowfile.Record, len(batch))
-	for i, req := range batch {
-		rows[i] = *req.rec
+	var rows []rowfile.Record
+	for _, req := range batch {
+		for _, rec := range req.recs {
+			rows = append(rows, *rec)
+		}
 	}
 	data, lay, err := rowfile.Encode(rows, rowfile.Options{})
 	if err != nil {
@@ -333,7 +387,9 @@ func (w *shardWriter) fail(skip []*appendReq, err error) {
 	for _, req := range w.queue {
 		if !inSkip[req] {
 			req.err = w.err
-			delete(w.inflight, req.rec.ID)
+			for _, rec := range req.recs {
+				delete(w.inflight, rec.ID)
+			}
 			close(req.done)
 		}
 	}

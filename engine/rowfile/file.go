@@ -130,6 +130,11 @@ func Encode(rows []Record, opts Options) ([]byte, *Layout, error) {
 		sorted[i] = &rows[i]
 	}
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ID < sorted[j].ID })
+	for i := range sorted {
+		if !sorted[i].Inline() && sorted[i].Payload != nil {
+			return nil, nil, fmt.Errorf("rowfile: %q has both an external payload and inline bytes", sorted[i].ID)
+		}
+	}
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i].ID == sorted[i-1].ID {
 			return nil, nil, fmt.Errorf("rowfile: duplicate id %q in one file", sorted[i].ID)
@@ -232,7 +237,8 @@ func build(rows []*Record) arrow.RecordBatch {
 		b.Field(colPayloadSize).(*array.Int64Builder).Append(r.PayloadSize)
 		b.Field(colPayloadSHA256).(*array.FixedSizeBinaryBuilder).Append(r.PayloadSHA256[:])
 		optStr(colPayloadRef, r.PayloadRef)
-		if r.Inline() {
+		// Exports may carry an external payload's bytes too.
+		if r.Inline() || r.Payload != nil {
 			b.Field(colPayload).(*array.BinaryBuilder).Append(r.Payload)
 		} else {
 			b.Field(colPayload).AppendNull()
@@ -399,4 +405,118 @@ func appendRecords(out []Record, rec arrow.RecordBatch, withPayload bool) []Reco
 		out = append(out, x)
 	}
 	return out
+}
+
+// StreamWriter writes rows as an Arrow IPC stream with Schema, for exports.
+type StreamWriter struct{ w *ipc.Writer }
+
+// NewStreamWriter starts a stream on w.
+func NewStreamWriter(w io.Writer) *StreamWriter {
+	return &StreamWriter{w: ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator))}
+}
+
+// Write writes rows as one record batch.
+func (s *StreamWriter) Write(rows []Record) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	ptrs := make([]*Record, len(rows))
+	for i := range rows {
+		ptrs[i] = &rows[i]
+	}
+	rec := build(ptrs)
+	defer rec.Release()
+	return s.w.Write(rec)
+}
+
+// Close ends the stream.
+func (s *StreamWriter) Close() error { return s.w.Close() }
+
+// ReadStream decodes an Arrow IPC stream whose schema has at least the
+// columns id and rollout_id; missing optional columns read as empty. It is
+// how batch appends in Arrow form are accepted.
+func ReadStream(r io.Reader, fn func(row int, rec Record) error) error {
+	rd, err := ipc.NewReader(r, ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	defer rd.Release()
+	row := 0
+	for rd.Next() {
+		batch := rd.RecordBatch()
+		recs, err := recordsByName(batch)
+		if err != nil {
+			return err
+		}
+		for _, rec := range recs {
+			if err := fn(row, rec); err != nil {
+				return err
+			}
+			row++
+		}
+	}
+	if err := rd.Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// recordsByName reads a batch whose columns are matched by name and type,
+// so clients may send a subset of Schema in any order.
+func recordsByName(batch arrow.RecordBatch) ([]Record, error) {
+	sc := batch.Schema()
+	col := func(name string, want arrow.DataType) (arrow.Array, error) {
+		idx := sc.FieldIndices(name)
+		if len(idx) == 0 {
+			return nil, nil
+		}
+		c := batch.Column(idx[0])
+		if !arrow.TypeEqual(c.DataType(), want) {
+			return nil, fmt.Errorf("%w: column %s is %s, want %s", ErrInvalidRecord, name, c.DataType(), want)
+		}
+		return c, nil
+	}
+	cols := make([]arrow.Array, numCols)
+	for i, f := range Schema.Fields() {
+		c, err := col(f.Name, f.Type)
+		if err != nil {
+			return nil, err
+		}
+		cols[i] = c
+	}
+	if cols[colID] == nil || cols[colRolloutID] == nil {
+		return nil, fmt.Errorf("%w: columns id and rollout_id are required", ErrInvalidRecord)
+	}
+	str := func(i, r int) string {
+		if cols[i] == nil || cols[i].IsNull(r) {
+			return ""
+		}
+		return cols[i].(*array.String).Value(r)
+	}
+	out := make([]Record, batch.NumRows())
+	for r := range out {
+		x := Record{ID: str(colID, r), RolloutID: str(colRolloutID, r), ProblemID: str(colProblemID, r),
+			Role: str(colRole, r), ContentType: str(colContentType, r), PolicyVersion: str(colPolicyVersion, r)}
+		if c := cols[colSequence]; c != nil && c.IsValid(r) {
+			x.Sequence = c.(*array.Int64).Value(r)
+		}
+		if c := cols[colCreatedAt]; c != nil && c.IsValid(r) {
+			x.CreatedAt = time.UnixMicro(int64(c.(*array.Timestamp).Value(r))).UTC()
+		}
+		if c := cols[colReward]; c != nil && c.IsValid(r) {
+			v := c.(*array.Float64).Value(r)
+			x.Reward = &v
+		}
+		if m := str(colMetadata, r); m != "" {
+			x.Metadata = []byte(m)
+		}
+		if c := cols[colPayload]; c != nil && c.IsValid(r) {
+			x.Payload = bytes.Clone(c.(*array.Binary).Value(r))
+		}
+		if x.Payload == nil {
+			x.Payload = []byte{}
+		}
+		out[r] = x
+	}
+	return out, nil
 }

@@ -1,0 +1,344 @@
+package engine
+
+import (
+	"container/heap"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// rowIter walks a snapshot's rows in id order: a k-way merge over the
+// base files' and pending segments' layouts (each sorted by id). An id
+// present in several places is yielded once, from the place reads use:
+// the base first, then the WAL in (shard, generation, segment) order.
+type rowIter struct {
+	h    cursorHeap
+	last string
+	any  bool
+}
+
+type cursor struct {
+	rows  []rowfile.Loc
+	i     int
+	prio  int
+	key   string
+	lay   *rowfile.Layout
+	base  bool
+	shard string
+	gen   uint64
+}
+
+type cursorHeap []*cursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	a, b := h[i].rows[h[i].i].ID, h[j].rows[h[j].i].ID
+	if a != b {
+		return a < b
+	}
+	return h[i].prio < h[j].prio
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func newRowIter(s *snapshot, after string, withWAL bool) *rowIter {
+	it := &rowIter{}
+	add := func(c *cursor) {
+		c.rows = c.lay.Rows
+		c.i = sort.Search(len(c.rows), func(i int) bool { return c.rows[i].ID > after })
+		if c.i < len(c.rows) {
+			it.h = append(it.h, c)
+		}
+	}
+	prio := 0
+	for _, f := range s.files {
+		add(&cursor{prio: prio, key: f.key, lay: f.layout, base: true})
+		prio++
+	}
+	if withWAL {
+		for _, g := range s.pending {
+			for _, seg := range g.segs {
+				add(&cursor{prio: prio, key: seg.key, lay: seg.layout, shard: g.shard, gen: g.gen})
+				prio++
+			}
+		}
+	}
+	heap.Init(&it.h)
+	return it
+}
+
+// next returns the next row's location, or false at the end.
+func (it *rowIter) next() (location, bool) {
+	for it.h.Len() > 0 {
+		c := it.h[0]
+		l := c.rows[c.i]
+		c.i++
+		if c.i < len(c.rows) {
+			heap.Fix(&it.h, 0)
+		} else {
+			heap.Pop(&it.h)
+		}
+		if it.any && l.ID == it.last {
+			continue // a duplicate from a lower-priority place
+		}
+		it.last, it.any = l.ID, true
+		return location{key: c.key, batch: c.lay.Batches[l.Batch], loc: l, inBase: c.base, shard: c.shard, gen: c.gen}, true
+	}
+	return location{}, false
+}
+
+// ListOptions filter and page a listing.
+type ListOptions struct {
+	RolloutID     string
+	ProblemID     string
+	PolicyVersion string
+	// Limit is the page size (default 100, at most 1000).
+	Limit int
+	// PageToken continues a previous listing.
+	PageToken string
+	// Version pins the listing to a base version.
+	Version uint64
+}
+
+// ListPage is one page; an empty NextPageToken means the end.
+type ListPage struct {
+	Records       []*Record `json:"records"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
+}
+
+// maxExamined bounds the rows one page may look at, so a selective filter
+// over a large table returns short pages instead of scanning it all.
+const maxExamined = 10000
+
+// List returns rows in id order, filtered, one page at a time. The page
+// token is the last id examined, so pages are stable under concurrent
+// appends and merges: rows are immutable and ordered by id.
+func (t *Table) List(ctx context.Context, opts ListOptions) (ListPage, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	if opts.Limit > 1000 {
+		return ListPage{}, fmt.Errorf("%w: limit must be at most 1000", ErrInvalid)
+	}
+	after, err := decodePageToken(opts.PageToken)
+	if err != nil {
+		return ListPage{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		s, err := t.listSnapshot(ctx, opts.Version)
+		if err != nil {
+			return ListPage{}, err
+		}
+		page, err := t.listPage(ctx, s, after, opts)
+		if errors.Is(err, objstore.ErrNotFound) && opts.Version == 0 && attempt < maxRetries {
+			t.db.stats.ReadRetries.Add(1)
+			continue // a generation was reclaimed under us: its rows are in a newer base
+		}
+		if errors.Is(err, objstore.ErrNotFound) && opts.Version > 0 {
+			return ListPage{}, fmt.Errorf("%w: version %d: %w", ErrVersionGone, opts.Version, err)
+		}
+		return page, err
+	}
+}
+
+func (t *Table) listSnapshot(ctx context.Context, version uint64) (*snapshot, error) {
+	if version > 0 {
+		s, err := t.pinned.GetOrLoad(ctx, version, func(ctx context.Context) (*snapshot, int64, error) {
+			s, err := t.loadBase(ctx, version)
+			return s, 1, err
+		})
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, t.versionMissing(ctx, version)
+		}
+		return s, err
+	}
+	s, err := t.refreshed(ctx, t.refresh.ticket())
+	if err != nil {
+		return nil, err
+	}
+	if s.capErr != nil {
+		return nil, s.capErr
+	}
+	return s, nil
+}
+
+func (t *Table) listPage(ctx context.Context, s *snapshot, after string, opts ListOptions) (ListPage, error) {
+	page := ListPage{Records: []*Record{}}
+	it := newRowIter(s, after, s.walLoaded)
+	for examined := 0; ; examined++ {
+		loc, ok := it.next()
+		if !ok {
+			return page, nil
+		}
+		if examined == maxExamined {
+			page.NextPageToken = encodePageToken(after)
+			return page, nil
+		}
+		rec, err := t.readRow(ctx, loc)
+		if err != nil {
+			return ListPage{}, err
+		}
+		after = rec.ID
+		if (opts.RolloutID == "" || rec.RolloutID == opts.RolloutID) &&
+			(opts.ProblemID == "" || rec.ProblemID == opts.ProblemID) &&
+			(opts.PolicyVersion == "" || rec.PolicyVersion == opts.PolicyVersion) {
+			page.Records = append(page.Records, rec)
+			if len(page.Records) == opts.Limit {
+				if _, more := it.next(); more {
+					page.NextPageToken = encodePageToken(after)
+				}
+				return page, nil
+			}
+		}
+	}
+}
+
+func encodePageToken(after string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("a:" + after))
+}
+
+func decodePageToken(tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) < 2 || string(b[:2]) != "a:" {
+		return "", fmt.Errorf("%w: malformed page token", ErrInvalid)
+	}
+	return string(b[2:]), nil
+}
+
+// ScanOptions select a scan.
+type ScanOptions struct {
+	// Version pins the scan to a base version; 0 scans the latest view
+	// (base and pending generations).
+	Version uint64
+	// WithPayloads includes payload bytes. External payloads larger than
+	// MaxScanPayload are left out (payload null, payload_ref set): fetch
+	// them by id.
+	WithPayloads bool
+}
+
+// MaxScanPayload bounds one external payload inlined into a scan.
+const MaxScanPayload = 64 << 20
+
+// scanBatchRows is the number of rows per exported record batch.
+const scanBatchRows = 1024
+
+// Scan writes the table's rows as an Arrow IPC stream (schema
+// rowfile.Schema), in id order.
+func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
+	s, err := t.listSnapshot(ctx, opts.Version)
+	if err != nil {
+		return err
+	}
+	sw := rowfile.NewStreamWriter(w)
+	var buf []rowfile.Record
+	var bufBytes int64
+	flush := func() error {
+		err := sw.Write(buf)
+		buf, bufBytes = buf[:0], 0
+		return err
+	}
+	it := newRowIter(s, "", s.walLoaded)
+	for {
+		loc, ok := it.next()
+		if !ok {
+			break
+		}
+		rec, err := t.scanRow(ctx, loc, opts)
+		if err != nil {
+			if opts.Version > 0 && errors.Is(err, objstore.ErrNotFound) {
+				err = fmt.Errorf("%w: version %d: %w", ErrVersionGone, opts.Version, err)
+			}
+			return err
+		}
+		buf = append(buf, *rec)
+		bufBytes += int64(len(rec.Payload))
+		if len(buf) == scanBatchRows || bufBytes >= 64<<20 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	return sw.Close()
+}
+
+// scanRow reads one row for a scan. A WAL row whose file was reclaimed
+// mid-scan is read again through the recovering read path.
+func (t *Table) scanRow(ctx context.Context, loc location, opts ScanOptions) (*Record, error) {
+	rec, err := t.readRow(ctx, loc)
+	if errors.Is(err, objstore.ErrNotFound) && !loc.inBase {
+		var attempts int
+		err = t.withRow(ctx, loc.loc.ID, ReadOptions{}, &attempts, func(ctx context.Context, l location) error {
+			r, err := t.readRow(ctx, l)
+			if err == nil {
+				rec, loc = r, l
+			}
+			return err
+		})
+	}
+	if err != nil || !opts.WithPayloads {
+		return rec, err
+	}
+	if rec.PayloadRef != "" && rec.PayloadSize > MaxScanPayload {
+		return rec, nil
+	}
+	rc, err := t.openSpan(ctx, loc, 0, rec.PayloadSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	rec.Payload = make([]byte, rec.PayloadSize)
+	if _, err := io.ReadFull(rc, rec.Payload); err != nil {
+		return nil, readErr(loc.key, err)
+	}
+	return rec, nil
+}
+
+// VersionInfo summarises a retained base version.
+type VersionInfo struct {
+	Version      uint64    `json:"version"`
+	Parent       uint64    `json:"parent"`
+	CreatedAt    time.Time `json:"created_at"`
+	Rows         int64     `json:"rows"`
+	PayloadBytes int64     `json:"payload_bytes"`
+	DataFiles    int       `json:"data_files"`
+}
+
+// Versions lists the retained base versions, oldest first.
+func (t *Table) Versions(ctx context.Context) ([]VersionInfo, error) {
+	_, vs, err := t.listVersions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []VersionInfo{}
+	for _, v := range vs {
+		m, err := t.loadManifest(ctx, v)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // collected since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, VersionInfo{Version: v, Parent: m.Parent, CreatedAt: m.CreatedAt, Rows: m.Rows,
+			PayloadBytes: m.PayloadBytes, DataFiles: len(m.Files)})
+	}
+	return out, nil
+}
