@@ -1,0 +1,197 @@
+// Package azure is the Azure Blob Storage backend of objstore, and the only
+// package in rollstore that imports the Azure SDK.
+//
+// Every key is a block blob in one container. Failures are translated to
+// objstore's sentinels in one function (mapError), so callers never see SDK
+// types unless they unwrap for detail.
+//
+// Two Azure behaviours shape the write path. A create-if-absent Put whose
+// response is lost is retried by the SDK and then fails with 409 although it
+// won, so every conditional Put carries a random commit id in its metadata
+// and a 409/412 is checked against it. And the SDK's multi-block uploads do
+// not apply access conditions to their final commit, so conditional Puts
+// always go out as one Put Blob request, bounded by Config.MaxSinglePut.
+package azure
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// Bucket is an objstore.Bucket on one Azure Blob container. It is safe for
+// concurrent use; create one per container and share it.
+type Bucket struct {
+	client     *container.Client
+	container  string
+	httpClient *http.Client // Close releases its idle connections if ownsHTTP
+	ownsHTTP   bool
+
+	blockSize      int64
+	concurrency    int
+	maxSinglePut   int64
+	maxReadRetries int
+
+	// noBatch is set once the service has refused a blob batch, so later
+	// DeleteMany calls go straight to individual deletes.
+	noBatch atomic.Bool
+}
+
+var _ objstore.Bucket = (*Bucket)(nil)
+
+// New returns a Bucket for cfg.Container. It makes no request unless
+// cfg.CreateContainer is set; use Check to verify access.
+func New(ctx context.Context, cfg Config) (*Bucket, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &Bucket{
+		container:      cfg.Container,
+		httpClient:     cfg.HTTPClient,
+		blockSize:      cfg.BlockSize,
+		concurrency:    cfg.UploadConcurrency,
+		maxSinglePut:   cfg.MaxSinglePut,
+		maxReadRetries: cfg.Retry.MaxReadRetries,
+	}
+	if b.httpClient == nil {
+		b.httpClient = newHTTPClient(cfg.MaxConnsPerHost)
+		b.ownsHTTP = true
+	}
+	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Transport: b.httpClient,
+		Retry: policy.RetryOptions{
+			MaxRetries:    int32(cfg.Retry.MaxRetries),
+			TryTimeout:    cfg.Retry.TryTimeout,
+			RetryDelay:    cfg.Retry.RetryDelay,
+			MaxRetryDelay: cfg.Retry.MaxRetryDelay,
+		},
+		Telemetry: policy.TelemetryOptions{ApplicationID: "rollstore"},
+	}}
+
+	switch cfg.Auth {
+	case AuthConnectionString:
+		b.client, err = container.NewClientFromConnectionString(cfg.ConnectionString, cfg.Container, opts)
+	case AuthSharedKey:
+		var cred *container.SharedKeyCredential
+		cred, err = container.NewSharedKeyCredential(cfg.AccountName, cfg.AccountKey)
+		if err == nil {
+			b.client, err = container.NewClientWithSharedKeyCredential(containerURL(cfg), cred, opts)
+		}
+	case AuthWorkloadIdentity:
+		var cred *azidentity.WorkloadIdentityCredential
+		cred, err = azidentity.NewWorkloadIdentityCredential(&azidentity.WorkloadIdentityCredentialOptions{
+			ClientOptions: azcore.ClientOptions{Transport: b.httpClient},
+		})
+		if err == nil {
+			b.client, err = container.NewClient(containerURL(cfg), tokenCredential{cred}, opts)
+		}
+	case AuthDefault:
+		var cred *azidentity.DefaultAzureCredential
+		cred, err = azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
+			ClientOptions: azcore.ClientOptions{Transport: b.httpClient},
+		})
+		if err == nil {
+			b.client, err = container.NewClient(containerURL(cfg), tokenCredential{cred}, opts)
+		}
+	}
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("azure: %s credentials for container %s: %w", cfg.Auth, cfg.Container, err)
+	}
+
+	if cfg.CreateContainer {
+		_, err := b.client.Create(ctx, nil)
+		if err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
+			b.Close()
+			return nil, mapError(opCreateContainer, cfg.Container, err)
+		}
+	}
+	return b, nil
+}
+
+// containerURL is the container's URL for the modes that do not parse a
+// connection string.
+func containerURL(cfg Config) string {
+	endpoint := cfg.Endpoint
+	if endpoint == "" {
+		endpoint = "https://" + cfg.AccountName + ".blob.core.windows.net"
+	}
+	return strings.TrimSuffix(endpoint, "/") + "/" + url.PathEscape(cfg.Container)
+}
+
+// newHTTPClient returns a client tuned for many concurrent requests to a
+// single host. net/http's default keeps only two idle connections per host
+// (the SDK's own, ten), so under load most connections would be closed after
+// one request and re-dialled, TLS handshake included.
+func newHTTPClient(maxConns int) *http.Client {
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		MaxConnsPerHost:     maxConns,
+		MaxIdleConnsPerHost: maxConns,
+		MaxIdleConns:        maxConns,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+		// Blob Storage speaks HTTP/1.1, so parallelism comes from the pool
+		// of connections above rather than from multiplexing.
+		ForceAttemptHTTP2:     false,
+		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+	}}
+}
+
+// Container returns the container name.
+func (b *Bucket) Container() string { return b.container }
+
+// Check verifies that the container exists and the credentials are
+// accepted, returning ErrContainerNotFound, ErrAuth or ErrThrottled
+// (wrapped) when not. It is meant for readiness probes.
+func (b *Bucket) Check(ctx context.Context) error {
+	if _, err := b.client.GetProperties(ctx, nil); err != nil {
+		return mapError(opCheck, b.container, err)
+	}
+	return nil
+}
+
+// Close releases idle connections of the transport New built. The Bucket
+// must not be used afterwards.
+func (b *Bucket) Close() error {
+	if b.ownsHTTP {
+		b.httpClient.CloseIdleConnections()
+	}
+	return nil
+}
+
+// tokenCredential marks failures to obtain a token, so mapError can tell
+// them from the service refusing a token (both are ErrAuth) and, above all,
+// from transport errors.
+type tokenCredential struct{ cred azcore.TokenCredential }
+
+func (c tokenCredential) GetToken(ctx context.Context, opts policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	tok, err := c.cred.GetToken(ctx, opts)
+	if err != nil && ctx.Err() == nil {
+		err = &credentialError{err}
+	}
+	return tok, err
+}
+
+type credentialError struct{ err error }
+
+func (e *credentialError) Error() string { return "azure: obtaining a token: " + e.err.Error() }
+func (e *credentialError) Unwrap() error { return e.err }

@@ -1,0 +1,125 @@
+package azure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// op names the operation an error came from; mapError needs it where one
+// status means different things to different operations.
+type op string
+
+const (
+	opGet             op = "get"
+	opRead            op = "read" // resuming a download body
+	opHead            op = "head"
+	opPut             op = "put"
+	opDelete          op = "delete"
+	opDeleteBatch     op = "delete batch"
+	opList            op = "list"
+	opCheck           op = "check"
+	opCreateContainer op = "create container"
+)
+
+// containerOp reports whether op addresses the container rather than a
+// blob, so that a 404 can only mean the container is missing.
+func (o op) containerOp() bool {
+	return o == opList || o == opCheck || o == opCreateContainer || o == opDeleteBatch
+}
+
+// mapError is the one place Azure failures become objstore sentinels. The
+// result wraps both the sentinel and the SDK error, so errors.Is works on
+// the former and errors.As still reaches *azcore.ResponseError for detail.
+func mapError(o op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	where := "azure " + string(o)
+	if key != "" {
+		where += " " + key
+	}
+	sentinel := classify(o, err)
+	if sentinel == nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return fmt.Errorf("%w: %s: %w", sentinel, where, err)
+}
+
+// errorf builds an error for a failure detected here rather than by the
+// service, in the same shape as mapError's.
+func errorf(sentinel error, o op, key, format string, args ...any) error {
+	return fmt.Errorf("%w: azure %s %s: %s", sentinel, o, key, fmt.Sprintf(format, args...))
+}
+
+func classify(o op, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	if _, ok := errors.AsType[*credentialError](err); ok {
+		return objstore.ErrAuth
+	}
+	re, ok := errors.AsType[*azcore.ResponseError](err)
+	if !ok {
+		return nil
+	}
+	// The error code comes from the x-ms-error-code header, which the
+	// service also sends on HEAD responses that have no body to carry it;
+	// statuses are the fallback when it is absent.
+	code := bloberror.Code(re.ErrorCode)
+	switch code {
+	case bloberror.ContainerNotFound, bloberror.ContainerBeingDeleted:
+		return objstore.ErrContainerNotFound
+	case bloberror.BlobNotFound:
+		return objstore.ErrNotFound
+	case bloberror.BlobAlreadyExists:
+		return objstore.ErrPrecondition
+	case bloberror.ConditionNotMet:
+		return conditionFailed(o)
+	case bloberror.InvalidRange:
+		return objstore.ErrInvalidRange
+	case bloberror.AuthenticationFailed, bloberror.AuthorizationFailure,
+		bloberror.AuthorizationPermissionMismatch, bloberror.AuthorizationSourceIPMismatch,
+		bloberror.AuthorizationProtocolMismatch, bloberror.AuthorizationResourceTypeMismatch,
+		bloberror.AuthorizationServiceMismatch, bloberror.InsufficientAccountPermissions,
+		bloberror.AccountIsDisabled, bloberror.InvalidAuthenticationInfo, bloberror.NoAuthenticationInformation:
+		return objstore.ErrAuth
+	case bloberror.ServerBusy:
+		return objstore.ErrThrottled
+	}
+	switch re.StatusCode {
+	case http.StatusNotFound:
+		if o.containerOp() {
+			return objstore.ErrContainerNotFound
+		}
+		return objstore.ErrNotFound
+	case http.StatusPreconditionFailed:
+		return conditionFailed(o)
+	case http.StatusRequestedRangeNotSatisfiable:
+		return objstore.ErrInvalidRange
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return objstore.ErrAuth
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return objstore.ErrThrottled
+	}
+	return nil
+}
+
+// conditionFailed maps a failed access condition. Puts are the only
+// operation rollstore conditions, except for the If-Match the SDK adds when
+// it resumes a broken download: there a failure means the blob being read
+// was replaced, so the bytes already returned belong to an object that no
+// longer exists. That is reported as ErrNotFound, the case the read path
+// already retries, and never stitched to the new object's bytes.
+func conditionFailed(o op) error {
+	if o == opRead || o == opGet {
+		return objstore.ErrNotFound
+	}
+	return objstore.ErrPrecondition
+}
