@@ -12,7 +12,6 @@ import (
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
-	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 var errCrash = errors.New("simulated crash")
@@ -51,10 +50,12 @@ func checkAll(t *testing.T, tb *Table, acked map[string]int) {
 	}
 }
 
-func TestMergeCrashPointsConverge(t *testing.T) {
+func TestMergeCrashPointsConverge(t *testing.T) { forStores(t, testMergeCrashPointsConverge, true) }
+
+func testMergeCrashPointsConverge(t *testing.T, sc storeCase) {
 	for _, point := range []string{"merge:after-data", "merge:after-commit", "merge:mid-reclaim"} {
 		t.Run(point, func(t *testing.T) {
-			store := memory.New()
+			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			acked := map[string]int{}
 			for i := 0; i < 12; i++ {
@@ -105,10 +106,12 @@ func TestMergeCrashPointsConverge(t *testing.T) {
 	}
 }
 
-func TestWriteCrashPoints(t *testing.T) {
+func TestWriteCrashPoints(t *testing.T) { forStores(t, testWriteCrashPoints, true) }
+
+func testWriteCrashPoints(t *testing.T, sc storeCase) {
 	for _, point := range []string{"write:after-payload", "write:before-segment"} {
 		t.Run(point, func(t *testing.T) {
-			store := memory.New()
+			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			acked := map[string]int{"before": 10 << 10}
 			e.put("before", 10<<10)
@@ -140,8 +143,10 @@ func TestWriteCrashPoints(t *testing.T) {
 
 // A put whose response was lost may have landed: the writer never reuses
 // its segment number, and the row, though unacknowledged, is consistent.
-func TestLostSegmentResponse(t *testing.T) {
-	fb := faulty.New(memory.New())
+func TestLostSegmentResponse(t *testing.T) { forStores(t, testLostSegmentResponse, false) }
+
+func testLostSegmentResponse(t *testing.T, sc storeCase) {
+	fb := faulty.New(sc.open(t))
 	e := newEnv(t, fb, testConfig("s0"))
 	fb.LoseResponse(faulty.OpPut, faulty.KeyContains("/wal/"), errors.New("connection reset"))
 	_, err := e.tb.Append(context.Background(), Record{ID: "a", RolloutID: "r"}, bytes.NewReader(payloadFor("a", 10)), 10)
@@ -159,7 +164,11 @@ func TestLostSegmentResponse(t *testing.T) {
 }
 
 func TestAppendsDuringMergeNotBlockedNorLost(t *testing.T) {
-	store := memory.New()
+	forStores(t, testAppendsDuringMergeNotBlockedNorLost, false)
+}
+
+func testAppendsDuringMergeNotBlockedNorLost(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
 	acked := map[string]int{}
 	for i := 0; i < 5; i++ {
@@ -205,7 +214,11 @@ func TestAppendsDuringMergeNotBlockedNorLost(t *testing.T) {
 }
 
 func TestConcurrentMergersNoDuplicates(t *testing.T) {
-	store := memory.New()
+	forStores(t, testConcurrentMergersNoDuplicates, true)
+}
+
+func testConcurrentMergersNoDuplicates(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	w := newEnv(t, store, testConfig("s0"))
 	acked := map[string]int{}
 	for g := 0; g < 4; g++ {
@@ -268,7 +281,11 @@ func TestConcurrentMergersNoDuplicates(t *testing.T) {
 type faultyGate struct{ *faulty.Gate }
 
 func TestTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T) {
-	store := memory.New()
+	forStores(t, testTwoShardsOneBaseAndCrossShardDuplicate, false)
+}
+
+func testTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	a := newEnv(t, store, testConfig("a"))
 	b := newEnv(t, store, testConfig("b"))
 	acked := map[string]int{}
@@ -325,7 +342,11 @@ func TestTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T) {
 }
 
 func TestBoundedPassLeftoversAndOversizedGeneration(t *testing.T) {
-	store := memory.New()
+	forStores(t, testBoundedPassLeftoversAndOversizedGeneration, false)
+}
+
+func testBoundedPassLeftoversAndOversizedGeneration(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	cfg := testConfig("s0")
 	cfg.InlineMax = 64 << 10
 	e := newEnv(t, store, cfg)
@@ -370,8 +391,10 @@ func TestBoundedPassLeftoversAndOversizedGeneration(t *testing.T) {
 	checkAll(t, e.tb, acked)
 }
 
-func TestOrphanSweepRespectsGrace(t *testing.T) {
-	store := memory.New()
+func TestOrphanSweepRespectsGrace(t *testing.T) { forStores(t, testOrphanSweepRespectsGrace, false) }
+
+func testOrphanSweepRespectsGrace(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
 	e.hooks.Fail("write:after-payload", errCrash)
 	_, _ = e.tb.Append(context.Background(), Record{ID: "x", RolloutID: "r"}, bytes.NewReader(payloadFor("x", 50<<10)), 50<<10)

@@ -16,7 +16,6 @@ import (
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
-	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 func waitCtx(t *testing.T) context.Context {
@@ -64,9 +63,13 @@ func walRow(t *testing.T, e *env, id string, size int) {
 }
 
 func TestReadPausedAtLocatedSurvivesReclaim(t *testing.T) {
+	forStores(t, testReadPausedAtLocatedSurvivesReclaim, true)
+}
+
+func testReadPausedAtLocatedSurvivesReclaim(t *testing.T, sc storeCase) {
 	for _, size := range []int{1000, 20 << 10} { // inline, external
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			store := memory.New()
+			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			walRow(t, e, "x", size)
 			gate := e.hooks.Pause("read:located")
@@ -89,9 +92,13 @@ func TestReadPausedAtLocatedSurvivesReclaim(t *testing.T) {
 }
 
 func TestReadPausedBetweenRowAndPayloadSurvivesReclaim(t *testing.T) {
+	forStores(t, testReadPausedBetweenRowAndPayloadSurvivesReclaim, true)
+}
+
+func testReadPausedBetweenRowAndPayloadSurvivesReclaim(t *testing.T, sc storeCase) {
 	for _, size := range []int{1000, 20 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			store := memory.New()
+			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			walRow(t, e, "x", size)
 			gate := e.hooks.Pause("read:row-read") // metadata read from the WAL; payload not yet opened
@@ -123,9 +130,13 @@ func TestReadPausedBetweenRowAndPayloadSurvivesReclaim(t *testing.T) {
 // reclaimed and the body's resumed read got 404: the read continues from the
 // base at the same offset.
 func TestReadLosesBodyMidStreamResumesFromBase(t *testing.T) {
+	forStores(t, testReadLosesBodyMidStreamResumesFromBase, true)
+}
+
+func testReadLosesBodyMidStreamResumesFromBase(t *testing.T, sc storeCase) {
 	for _, size := range []int{3000, 200 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			mem := memory.New()
+			mem := sc.open(t)
 			fb := faulty.New(mem)
 			e := newEnv(t, fb, testConfig("s0"))
 			walRow(t, e, "x", size)
@@ -155,7 +166,11 @@ func TestReadLosesBodyMidStreamResumesFromBase(t *testing.T) {
 // Another process merged and reclaimed before this read began; this
 // process's resident snapshot still lists the generation.
 func TestStaleResidentSnapshotAfterRemoteReclaim(t *testing.T) {
-	store := memory.New()
+	forStores(t, testStaleResidentSnapshotAfterRemoteReclaim, true)
+}
+
+func testStaleResidentSnapshotAfterRemoteReclaim(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
 	walRow(t, e, "x", 5000)
 	e.mustRead("x", 5000) // resident snapshot now lists the pending generation
@@ -184,7 +199,11 @@ func cfgMerge(t *testing.T, e *env, compactMax int) {
 // generation between the refresh's base check and its WAL listing. The
 // final check of the latest base finds it: not a false absent.
 func TestMergedBetweenBaseCheckAndWALListing(t *testing.T) {
-	store := memory.New()
+	forStores(t, testMergedBetweenBaseCheckAndWALListing, true)
+}
+
+func testMergedBetweenBaseCheckAndWALListing(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
 	walRow(t, e, "x", 100)
 	gate := e.hooks.Pause("refresh:after-base")
@@ -204,7 +223,11 @@ func TestMergedBetweenBaseCheckAndWALListing(t *testing.T) {
 }
 
 func TestMissingForGoodIsBoundedError(t *testing.T) {
-	mem := memory.New()
+	forStores(t, testMissingForGoodIsBoundedError, true)
+}
+
+func testMissingForGoodIsBoundedError(t *testing.T, sc storeCase) {
+	mem := sc.open(t)
 	fb := faulty.New(mem)
 	e := newEnv(t, fb, testConfig("s0"))
 	walRow(t, e, "x", 100)
@@ -240,7 +263,11 @@ func TestMissingForGoodIsBoundedError(t *testing.T) {
 // With a large append stuck mid-upload and a merge stuck before its commit,
 // absent lookups and hits still complete: asserted while both are held.
 func TestReadsDoNotWaitForWritersOrMerges(t *testing.T) {
-	mem := memory.New()
+	forStores(t, testReadsDoNotWaitForWritersOrMerges, true)
+}
+
+func testReadsDoNotWaitForWritersOrMerges(t *testing.T, sc storeCase) {
+	mem := sc.open(t)
 	fb := faulty.New(mem)
 	e := newEnv(t, fb, testConfig("s0"))
 	ctx := waitCtx(t)
@@ -301,7 +328,11 @@ func TestReadsDoNotWaitForWritersOrMerges(t *testing.T) {
 }
 
 func TestStaleHitServedWithoutRefreshMissRefreshes(t *testing.T) {
-	store := memory.New()
+	forStores(t, testStaleHitServedWithoutRefreshMissRefreshes, true)
+}
+
+func testStaleHitServedWithoutRefreshMissRefreshes(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
 	walRow(t, e, "old", 10)
 	e.merge()
@@ -327,7 +358,11 @@ func TestStaleHitServedWithoutRefreshMissRefreshes(t *testing.T) {
 // visible to a read that begins afterwards on another, even if that reader
 // refreshed a moment before.
 func TestReadAfterWriteAcrossProcesses(t *testing.T) {
-	store := memory.New()
+	forStores(t, testReadAfterWriteAcrossProcesses, true)
+}
+
+func testReadAfterWriteAcrossProcesses(t *testing.T, sc storeCase) {
+	store := sc.open(t)
 	w := newEnv(t, store, testConfig("s0"))
 	r := newEnv(t, store, testConfig(""))
 	for i := 0; i < 20; i++ {

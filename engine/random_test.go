@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore"
 )
 
 // TestRandomizedInterleavings runs seeded, reproducible schedules of
@@ -24,15 +24,16 @@ func TestRandomizedInterleavings(t *testing.T) {
 		seeds = 6
 	}
 	for seed := 1; seed <= seeds; seed++ {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { runSchedule(t, uint64(seed), 120) })
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			forStores(t, func(t *testing.T, sc storeCase) { runSchedule(t, sc.open(t), uint64(seed), 120) }, false)
+		})
 	}
 }
 
 var pausePoints = []string{"read:located", "read:row-read", "read:payload-opened", "refresh:after-base", "read:wal-miss"}
 
-func runSchedule(t *testing.T, seed uint64, steps int) {
+func runSchedule(t *testing.T, store objstore.Bucket, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	store := memory.New()
 	cfgFor := func(shard string) Config {
 		c := testConfig(shard)
 		c.InlineMax = 2 << 10
