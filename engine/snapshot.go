@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -155,8 +154,7 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64) (*snapshot, 
 	if err := t.db.cfg.Hooks.Call(ctx, "refresh:after-base"); err != nil {
 		return nil, err
 	}
-	s.pending, s.capErr, err = t.loadPending(ctx, s.m)
-	if err != nil {
+	if s.pending, s.capErr, err = t.loadPending(ctx, s.m); err != nil {
 		return nil, err
 	}
 	s.walLoaded, s.flight, s.builtAt = true, flight, t.db.cfg.Now()
@@ -166,12 +164,13 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64) (*snapshot, 
 // loadPending lists the WAL and loads the layouts of every generation above
 // the base's watermarks. Sealed generations come from their seal record;
 // open ones from their segments (each read once, then cached: immutable).
-func (t *Table) loadPending(ctx context.Context, m *Manifest) ([]genView, error, error) {
+// When the pending generations exceed a read cap, it loads nothing and
+// returns the cap's error as capErr (the snapshot still serves the base).
+func (t *Table) loadPending(ctx context.Context, m *Manifest) (pending []genView, capErr error, err error) {
 	gens, err := t.listWAL(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	var pending []genView
 	perShard := map[string]int{}
 	for _, g := range gens {
 		if g.gen <= m.watermark(g.shard) {
@@ -385,5 +384,3 @@ func (r *refresher) after(ctx context.Context, ticket uint64, timeout time.Durat
 		}
 	}
 }
-
-var errNoSnapshot = errors.New("no snapshot")

@@ -28,7 +28,10 @@ type shardWriter struct {
 	// id on this shard even when the two race.
 	recent map[string]*Record
 	gen    uint64 // the open generation, read by payload uploads
-	err    error  // sticky: fenced or closed
+	// sealed counts seals; a submit whose existence check predates a seal
+	// (which clears recent) checks again.
+	sealed uint64
+	err    error // sticky: fenced or closed
 	kick   chan struct{}
 	flush  chan chan error
 	quit   chan struct{}
@@ -134,6 +137,9 @@ func (w *shardWriter) currentGen() uint64 {
 func (w *shardWriter) submit(ctx context.Context, recs []*Record) ([]AppendResult, error) {
 	results := make([]AppendResult, len(recs))
 	for {
+		w.mu.Lock()
+		epoch := w.sealed
+		w.mu.Unlock()
 		// Rows visible to a fresh read: the base or any shard's WAL.
 		var todo []*Record
 		var idx []int
@@ -161,6 +167,10 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) ([]AppendResul
 			err := w.err
 			w.mu.Unlock()
 			return nil, err
+		}
+		if w.sealed != epoch {
+			w.mu.Unlock()
+			continue // recent was cleared after our check: check again
 		}
 		var wait *appendReq
 		var fresh []*Record
@@ -409,6 +419,7 @@ func (w *shardWriter) seal(ctx context.Context) error {
 	// Rows of sealed generations are visible to every fresh read through
 	// the seal record, so the in-memory guard can start over.
 	clear(w.recent)
+	w.sealed++
 	w.mu.Unlock()
 	w.nextSeg, w.segs, w.genBytes = 0, nil, 0
 	return nil
