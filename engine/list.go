@@ -158,7 +158,10 @@ func (t *Table) listSnapshot(ctx context.Context, version uint64) (*snapshot, er
 	if version > 0 {
 		s, err := t.pinned.GetOrLoad(ctx, version, func(ctx context.Context) (*snapshot, int64, error) {
 			s, err := t.loadBase(ctx, version)
-			return s, 1, err
+			if err != nil {
+				return nil, 0, err
+			}
+			return s, s.manifestSize(), nil
 		})
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, t.versionMissing(ctx, version)

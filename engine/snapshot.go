@@ -92,6 +92,16 @@ func (s *snapshot) findWAL(id string) (location, bool, error) {
 	return location{}, false, nil
 }
 
+// manifestSize estimates the memory a snapshot holds beyond the shared
+// layouts, for byte-bounded caches.
+func (s *snapshot) manifestSize() int64 {
+	n := int64(512)
+	for _, f := range s.m.Files {
+		n += int64(len(f.Name)+len(f.MinID)+len(f.MaxID)) + 160
+	}
+	return n
+}
+
 func (s *snapshot) version() uint64 {
 	if s == nil || s.m == nil {
 		return 0

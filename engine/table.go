@@ -33,7 +33,9 @@ type Table struct {
 }
 
 func newTable(db *DB, lay layout.Table) *Table {
-	return &Table{db: db, lay: lay, pinned: cache.New[uint64, *snapshot](16)}
+	// Pinned snapshots share their file layouts with the DB's layout cache;
+	// what they hold on their own is the manifest.
+	return &Table{db: db, lay: lay, pinned: cache.New[uint64, *snapshot](4 << 20)}
 }
 
 // Name returns the table name.

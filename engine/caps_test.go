@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/rollstore/rollstore/objstore/memory"
+)
+
+func TestReadCapsRefuseFanOut(t *testing.T) {
+	store := memory.New()
+	w := newEnv(t, store, testConfig("s0"))
+	w.put("base", 10)
+	w.merge()
+	for g := 0; g < 3; g++ {
+		walRow(t, w, fmt.Sprintf("wal-%d", g), 10)
+	}
+	cfg := testConfig("")
+	cfg.ReadMaxPendingPerShard = 2
+	r := newEnv(t, store, cfg)
+	ctx := context.Background()
+	if _, err := r.tb.Get(ctx, "wal-0", ReadOptions{}); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("per-shard cap: %v", err)
+	}
+	if _, err := r.tb.Get(ctx, "absent", ReadOptions{}); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("absent past the cap must not claim absence: %v", err)
+	}
+	if _, err := r.tb.Get(ctx, "base", ReadOptions{}); err != nil {
+		t.Fatalf("base hit refused: %v", err)
+	}
+	cfg.ReadMaxPendingPerShard, cfg.ReadMaxPendingTotal = 10, 2
+	r2 := newEnv(t, store, cfg)
+	if _, err := r2.tb.Get(ctx, "wal-1", ReadOptions{}); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("total cap: %v", err)
+	}
+	w.merge()
+	if _, err := r.tb.Get(ctx, "wal-2", ReadOptions{}); err != nil {
+		t.Fatalf("after the merge: %v", err)
+	}
+	if got := r.db.Stats().ReadOverloaded.Load(); got != 2 {
+		t.Fatalf("overloaded count %d", got)
+	}
+}
+
+func TestPayloadBudget(t *testing.T) {
+	cfg := testConfig("s0")
+	cfg.MaxPayloadInFlight = 100 << 10
+	e := newEnv(t, memory.New(), cfg)
+	e.put("a", 80<<10)
+	e.put("b", 80<<10)
+	e.put("huge", 300<<10)
+	ctx := context.Background()
+	p, err := e.tb.OpenPayload(ctx, "a", 0, -1, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.tb.OpenPayload(ctx, "b", 0, -1, ReadOptions{}); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("second read within budget: %v", err)
+	}
+	// A ranged read reserves only its range.
+	q, err := e.tb.OpenPayload(ctx, "b", 0, 10<<10, ReadOptions{})
+	if err != nil {
+		t.Fatalf("small range refused: %v", err)
+	}
+	q.Close()
+	p.Close()
+	// A payload larger than the whole budget is still readable alone.
+	e.mustRead("huge", 300<<10)
+	if e.db.InFlightPayloadBytes() != 0 {
+		t.Fatal("budget leaked")
+	}
+}
