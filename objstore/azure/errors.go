@@ -26,6 +26,9 @@ const (
 	opList            op = "list"
 	opCheck           op = "check"
 	opCreateContainer op = "create container"
+	opAcquireLease    op = "acquire lease"
+	opRenewLease      op = "renew lease"
+	opReleaseLease    op = "release lease"
 )
 
 // containerOp reports whether op addresses the container rather than a
@@ -73,6 +76,9 @@ func classify(o op, err error) error {
 	// service also sends on HEAD responses that have no body to carry it;
 	// statuses are the fallback when it is absent.
 	code := bloberror.Code(re.ErrorCode)
+	if s := classifyLease(o, code, re.StatusCode); s != nil {
+		return s
+	}
 	switch code {
 	case bloberror.ContainerNotFound, bloberror.ContainerBeingDeleted:
 		return objstore.ErrContainerNotFound
@@ -92,6 +98,10 @@ func classify(o op, err error) error {
 		return objstore.ErrAuth
 	case bloberror.ServerBusy:
 		return objstore.ErrThrottled
+	case bloberror.LeaseIDMissing:
+		// A write or delete of a blob someone holds a lease on (the
+		// object API never sends a lease id).
+		return objstore.ErrLeased
 	}
 	switch re.StatusCode {
 	case http.StatusNotFound:
@@ -122,4 +132,47 @@ func conditionFailed(o op) error {
 		return objstore.ErrNotFound
 	}
 	return objstore.ErrPrecondition
+}
+
+// classifyLease maps the outcomes that mean something particular to a lease
+// operation, and returns nil for the rest, which classify then maps like
+// any other request's. A missing container keeps its own sentinel: it is
+// not a lost lease, and not someone else's.
+func classifyLease(o op, code bloberror.Code, status int) error {
+	if o != opAcquireLease && o != opRenewLease && o != opReleaseLease {
+		return nil
+	}
+	switch code {
+	case bloberror.ContainerNotFound, bloberror.ContainerBeingDeleted:
+		return nil
+	}
+	switch o {
+	case opAcquireLease:
+		// BlobNotFound stays ErrNotFound: AcquireLease then creates the
+		// blob. Every conflict means an unexpired lease of someone else's,
+		// or one being broken, which cannot be taken until it ends.
+		if code == bloberror.LeaseAlreadyPresent || code == bloberror.LeaseIsBreakingAndCannotBeAcquired ||
+			status == http.StatusConflict {
+			return objstore.ErrLeased
+		}
+	case opRenewLease, opReleaseLease:
+		// The lease id no longer matches (it expired and was taken, or the
+		// blob was written or deleted after it expired), the lease was
+		// released or broken, or the blob is gone with it. Azurite answers
+		// LeaseIdMismatchWithLeaseOperation where Azure documents
+		// LeaseNotPresentWithLeaseOperation, so the codes are not told
+		// apart: all of them mean the lease is not ours.
+		switch code {
+		case bloberror.LeaseIDMismatchWithLeaseOperation, bloberror.LeaseNotPresentWithLeaseOperation,
+			bloberror.LeaseLost, bloberror.LeaseIsBrokenAndCannotBeRenewed,
+			bloberror.LeaseIsBreakingAndCannotBeChanged, bloberror.LeaseAlreadyBroken,
+			bloberror.BlobNotFound:
+			return objstore.ErrLeaseLost
+		}
+		switch status {
+		case http.StatusConflict, http.StatusPreconditionFailed:
+			return objstore.ErrLeaseLost
+		}
+	}
+	return nil
 }

@@ -30,7 +30,28 @@ func TestMapError(t *testing.T) {
 		{opDeleteBatch, resp(404, ""), objstore.ErrContainerNotFound},
 		{opPut, resp(409, "ContainerBeingDeleted"), objstore.ErrContainerNotFound},
 		{opPut, resp(409, "BlobAlreadyExists"), objstore.ErrPrecondition},
-		{opPut, resp(409, "LeaseIdMissing"), nil},
+		{opPut, resp(412, "LeaseIdMissing"), objstore.ErrLeased}, // writing a leased blob
+		{opDelete, resp(412, "LeaseIdMissing"), objstore.ErrLeased},
+		{opAcquireLease, resp(409, "LeaseAlreadyPresent"), objstore.ErrLeased},
+		{opAcquireLease, resp(409, "LeaseIsBreakingAndCannotBeAcquired"), objstore.ErrLeased},
+		{opAcquireLease, resp(409, ""), objstore.ErrLeased},
+		{opAcquireLease, resp(404, "BlobNotFound"), objstore.ErrNotFound}, // AcquireLease creates the blob
+		{opAcquireLease, resp(404, "ContainerNotFound"), objstore.ErrContainerNotFound},
+		{opAcquireLease, resp(409, "ContainerBeingDeleted"), objstore.ErrContainerNotFound},
+		{opAcquireLease, resp(400, "InvalidHeaderValue"), nil},
+		{opRenewLease, resp(409, "LeaseIdMismatchWithLeaseOperation"), objstore.ErrLeaseLost},
+		{opRenewLease, resp(409, "LeaseNotPresentWithLeaseOperation"), objstore.ErrLeaseLost},
+		{opRenewLease, resp(409, "LeaseIsBrokenAndCannotBeRenewed"), objstore.ErrLeaseLost},
+		{opRenewLease, resp(412, "LeaseLost"), objstore.ErrLeaseLost},
+		{opRenewLease, resp(412, ""), objstore.ErrLeaseLost},
+		{opRenewLease, resp(409, ""), objstore.ErrLeaseLost},
+		{opRenewLease, resp(404, "BlobNotFound"), objstore.ErrLeaseLost}, // deleted after it expired
+		{opRenewLease, resp(404, "ContainerNotFound"), objstore.ErrContainerNotFound},
+		{opRenewLease, resp(403, "AuthenticationFailed"), objstore.ErrAuth},
+		{opRenewLease, resp(503, "ServerBusy"), objstore.ErrThrottled},
+		{opRenewLease, resp(500, "InternalError"), nil},
+		{opReleaseLease, resp(409, "LeaseNotPresentWithLeaseOperation"), objstore.ErrLeaseLost},
+		{opReleaseLease, resp(409, "LeaseIdMismatchWithLeaseOperation"), objstore.ErrLeaseLost},
 		{opPut, resp(412, "ConditionNotMet"), objstore.ErrPrecondition},
 		{opPut, resp(412, ""), objstore.ErrPrecondition},
 		{opRead, resp(412, "ConditionNotMet"), objstore.ErrNotFound}, // resumed read of a replaced blob
@@ -59,7 +80,7 @@ func TestMapError(t *testing.T) {
 			t.Errorf("%s %v: got %v, want %v", tc.op, tc.err, got, tc.want)
 		}
 		for _, s := range []error{objstore.ErrNotFound, objstore.ErrPrecondition, objstore.ErrContainerNotFound,
-			objstore.ErrAuth, objstore.ErrThrottled, objstore.ErrInvalidRange} {
+			objstore.ErrAuth, objstore.ErrThrottled, objstore.ErrInvalidRange, objstore.ErrLeased, objstore.ErrLeaseLost} {
 			if s != tc.want && errors.Is(got, s) {
 				t.Errorf("%s %v: got %v, which also matches %v", tc.op, tc.err, got, s)
 			}

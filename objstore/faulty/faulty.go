@@ -25,10 +25,22 @@
 // error among them. A DeleteMany call matches when any of its keys does (the
 // first such key is the one rules are given); a List call matches on its
 // prefix argument. Counters count calls, not keys.
+//
+// Leases pass through too, when the inner bucket is an objstore.Leaser, and
+// their calls are ops of their own (OpAcquireLease, OpRenewLease,
+// OpReleaseLease) matched on the leased key. To stall a writer past its
+// lease, as a long GC pause would, on a memory bucket with a fake clock:
+//
+//	gate := fb.Pause(faulty.OpRenewLease, faulty.Before, faulty.Key(shardLease))
+//	gate.Wait(ctx)     // the writer's renewal is held
+//	clock.Advance(20 * time.Second)
+//	takeOver()         // another owner acquires the expired lease
+//	gate.Release()     // the renewal reaches the store: ErrLeaseLost
 package faulty
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -40,10 +52,11 @@ import (
 	"github.com/rollstore/rollstore/objstore"
 )
 
-// Op names a Bucket method.
+// Op names a Bucket method or a lease call.
 type Op string
 
-// The operations, one per objstore.Bucket method. OpAny matches them all.
+// The operations, one per objstore.Bucket method and one per lease call.
+// OpAny matches them all.
 const (
 	OpGet        Op = "get"
 	OpGetRange   Op = "getrange"
@@ -52,7 +65,12 @@ const (
 	OpDelete     Op = "delete"
 	OpDeleteMany Op = "deletemany"
 	OpList       Op = "list"
-	OpAny        Op = "*"
+
+	OpAcquireLease Op = "acquirelease" // objstore.Leaser.AcquireLease
+	OpRenewLease   Op = "renewlease"   // objstore.Lease.Renew, on the lease's key
+	OpReleaseLease Op = "releaselease" // objstore.Lease.Release, on the lease's key
+
+	OpAny Op = "*"
 )
 
 func (o Op) matches(op Op) bool { return o == OpAny || o == op }
@@ -154,7 +172,10 @@ type call struct {
 	keys []string
 }
 
-var _ objstore.Bucket = (*Bucket)(nil)
+var (
+	_ objstore.Bucket = (*Bucket)(nil)
+	_ objstore.Leaser = (*Bucket)(nil)
+)
 
 // New returns a Bucket that passes every call to inner until rules are
 // added.
@@ -491,6 +512,61 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts objstore.ListOpti
 	}
 	err := b.inner.List(ctx, prefix, opts, fn)
 	if herr := b.at(ctx, OpList, After, []string{prefix}, &callState{err: err}); herr != nil {
+		return herr
+	}
+	return err
+}
+
+// AcquireLease implements objstore.Leaser by passing the call to the inner
+// bucket. If that is no Leaser, the call fails with an error matching
+// errors.ErrUnsupported (after its Before rules, which may fail it first).
+// An error from an After rule hides a lease the inner bucket granted: it
+// stays held until it expires, as after a lost response.
+func (b *Bucket) AcquireLease(ctx context.Context, key string, d time.Duration) (objstore.Lease, error) {
+	if err := b.begin(ctx, OpAcquireLease, key); err != nil {
+		return nil, err
+	}
+	var (
+		l   objstore.Lease
+		err error
+	)
+	if lr, ok := b.inner.(objstore.Leaser); ok {
+		l, err = lr.AcquireLease(ctx, key, d)
+	} else {
+		err = fmt.Errorf("faulty: acquire lease %s: %T is not an objstore.Leaser: %w", key, b.inner, errors.ErrUnsupported)
+	}
+	if herr := b.at(ctx, OpAcquireLease, After, []string{key}, &callState{err: err}); herr != nil {
+		return nil, herr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &lease{b: b, key: key, inner: l}, nil
+}
+
+// lease passes Renew and Release through the Bucket's rules.
+type lease struct {
+	b     *Bucket
+	key   string
+	inner objstore.Lease
+}
+
+func (l *lease) Renew(ctx context.Context) error {
+	return l.b.leaseCall(ctx, OpRenewLease, l.key, l.inner.Renew)
+}
+
+func (l *lease) Release(ctx context.Context) error {
+	return l.b.leaseCall(ctx, OpReleaseLease, l.key, l.inner.Release)
+}
+
+func (l *lease) Duration() time.Duration { return l.inner.Duration() }
+
+func (b *Bucket) leaseCall(ctx context.Context, op Op, key string, fn func(context.Context) error) error {
+	if err := b.begin(ctx, op, key); err != nil {
+		return err
+	}
+	err := fn(ctx)
+	if herr := b.at(ctx, op, After, []string{key}, &callState{err: err}); herr != nil {
 		return herr
 	}
 	return err

@@ -96,7 +96,7 @@ func (l *lister) walk(dir, name string) error {
 
 // readDir returns the subdirectories and object files in dir, unsorted,
 // named by key segment. Symbolic links, special files, files without the
-// object suffix and the reserved directory are not part of the store.
+// object suffix and the reserved directories are not part of the store.
 func (l *lister) readDir(dir string) ([]dirItem, error) {
 	ents, err := l.b.readDir(nativeDir(dir))
 	if err != nil {
@@ -110,7 +110,7 @@ func (l *lister) readDir(dir string) ([]dirItem, error) {
 		n := e.Name()
 		seg, isObj := strings.CutSuffix(n, objSuffix)
 		switch t := e.Type(); {
-		case t.IsDir() && !isObj && !(dir == "" && n == tmpDir):
+		case t.IsDir() && !isObj && !isReservedDir(dir, n):
 			items = append(items, dirItem{name: n, order: n + "/", dir: true})
 		case t.IsRegular() && isObj:
 			items = append(items, dirItem{name: seg, order: seg})

@@ -15,7 +15,9 @@
 // The top-level directory ".rollstore-tmp" holds writes in flight: keys
 // below it are rejected with objstore.ErrInvalidKey and List never shows
 // it. Open removes temporary files that a crashed process left there once
-// they have not been written for an hour.
+// they have not been written for an hour. The top-level directory
+// ".rollstore-leases" holds leases (see Leases below) and is reserved in
+// the same way.
 //
 // Delete removes the directories it leaves empty, so that reclaimed
 // generations do not leave a trail of directories for List to walk.
@@ -58,6 +60,27 @@
 //
 // A body returned by Get keeps reading the object it opened even if the
 // object is deleted or replaced meanwhile.
+//
+// # Leases
+//
+// Bucket implements objstore.Leaser across the processes of one machine
+// that share the folder. The lease on a key is a small JSON file in
+// .rollstore-leases, named by a hash of the key, holding the owner's random
+// lease id and the expiry time; every change to it is made under flock(2)
+// on a lock file beside it, which serialises the goroutines of one process
+// as well as processes. Expiry is read from the Bucket's clock (WithClock),
+// so all processes sharing a folder must share a clock: the machine's, or
+// in tests one fake clock. Lease files are not synced: they only coordinate
+// processes on this machine, and a crash of the machine ends every holder.
+// A damaged lease file, which only such a crash can leave, counts as no
+// lease.
+//
+// As on Azure, a leased object cannot be written or deleted
+// (objstore.ErrLeased), and writing or deleting one whose lease expired
+// ends the lease. Put and Delete check under the same lock once a key has
+// ever been leased, so the check is atomic with lease changes except
+// against the very first AcquireLease of a key. On systems without flock(2)
+// (Windows), leases are only exclusive among the Buckets of one process.
 package local
 
 import (
@@ -89,6 +112,9 @@ const (
 	// inside root so that renames and links out of it stay on one file
 	// system.
 	tmpDir = ".rollstore-tmp"
+	// leaseDir is the reserved top-level directory for lease files; see
+	// lease.go.
+	leaseDir = ".rollstore-leases"
 	// tmpMaxAge is how long a temporary file may go unwritten before Open
 	// takes it for a crashed writer's leftover.
 	tmpMaxAge = time.Hour
@@ -119,13 +145,25 @@ func keyLock(key string) *sync.Mutex {
 type Bucket struct {
 	path string // absolute, as given to Open: for messages and checkRoot
 	root *os.Root
+	now  func() time.Time
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)
 
+// An Option configures a Bucket made by Open.
+type Option func(*Bucket)
+
+// WithClock makes the Bucket read the time for leases from now instead of
+// time.Now, so that tests can expire leases without waiting. Every Bucket
+// sharing a folder must read the same clock. Object times are the file
+// system's and are not affected. now must be safe for concurrent use.
+func WithClock(now func() time.Time) Option {
+	return func(b *Bucket) { b.now = now }
+}
+
 // Open returns a Bucket storing objects under the folder dir, creating it if
 // it is missing. Close releases it.
-func Open(dir string) (*Bucket, error) {
+func Open(dir string, opts ...Option) (*Bucket, error) {
 	if dir == "" {
 		return nil, errors.New("local: open: empty folder name")
 	}
@@ -140,7 +178,10 @@ func Open(dir string) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: open: %w", err)
 	}
-	b := &Bucket{path: abs, root: root}
+	b := &Bucket{path: abs, root: root, now: time.Now}
+	for _, opt := range opts {
+		opt(b)
+	}
 	if err := root.Mkdir(tmpDir, dirPerm); err != nil && !(errors.Is(err, fs.ErrExist) && b.isDir(tmpDir)) {
 		root.Close()
 		return nil, fmt.Errorf("local: open %s: reserved directory: %w", abs, err)
@@ -318,7 +359,7 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, opts objstore
 	if err := ctx.Err(); err != nil {
 		return objstore.Attrs{}, fmt.Errorf("local: %s %q: %w", op, key, err)
 	}
-	if err := b.commit(key, tmp, opts); err != nil {
+	if err := b.commit(key, tmp, opts, true); err != nil {
 		return objstore.Attrs{}, err
 	}
 	return objstore.Attrs{
@@ -400,11 +441,20 @@ func (b *Bucket) createTemp() (string, *os.File, error) {
 	return name, f, err
 }
 
-// commit moves the finished temporary file tmp to key.
-func (b *Bucket) commit(key, tmp string, opts objstore.PutOptions) error {
+// commit moves the finished temporary file tmp to key. Unless the caller
+// holds key's lease lock already (guard false), it refuses a leased key.
+func (b *Bucket) commit(key, tmp string, opts objstore.PutOptions, guard bool) error {
 	name := nativePath(key)
 	dir := filepath.Dir(name)
 	kind := writeOp
+	var g leaseGuard
+	if guard {
+		var err error
+		if g, err = b.guardLease("put", key); err != nil {
+			return err
+		}
+		defer g.unlock()
+	}
 	var err error
 	switch {
 	case opts.IfMatch != "":
@@ -441,6 +491,7 @@ func (b *Bucket) commit(key, tmp string, opts objstore.PutOptions) error {
 	if err != nil {
 		return b.mapErr(kind, "put", key, err)
 	}
+	g.written()
 	// A directory that vanished was pruned empty, so our object was
 	// deleted after it landed: the Put itself happened.
 	if err := b.syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -525,12 +576,23 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("local: %s: %w", op, err)
 	}
 	name := nativePath(key)
+	g, err := b.guardLease(op, key)
+	if err != nil {
+		return err
+	}
 	mu := keyLock(key)
 	mu.Lock()
 	removed, err := b.remove(name)
 	mu.Unlock()
 	if err != nil {
-		return b.mapErr(deleteOp, op, key, err)
+		err = b.mapErr(deleteOp, op, key, err)
+	}
+	if err == nil {
+		g.written()
+	}
+	g.unlock()
+	if err != nil {
+		return err
 	}
 	if removed {
 		b.prune(filepath.Dir(name))
@@ -619,7 +681,7 @@ func checkKey(key string) error {
 		return err
 	}
 	if isReserved(key) {
-		return fmt.Errorf("%w: %q: %s/ is reserved by the local backend", objstore.ErrInvalidKey, key, tmpDir)
+		return fmt.Errorf("%w: %q: %s/ and %s/ are reserved by the local backend", objstore.ErrInvalidKey, key, tmpDir, leaseDir)
 	}
 	if i := strings.LastIndexByte(key, '/'); i >= 0 && !storableDir(key[:i+1]) {
 		return fmt.Errorf("%w: %q: the local backend cannot store keys below a segment ending in %q", objstore.ErrInvalidKey, key, objSuffix)
@@ -627,9 +689,15 @@ func checkKey(key string) error {
 	return nil
 }
 
-// isReserved reports whether key or prefix lies in the reserved directory.
+// isReserved reports whether key or prefix lies in a reserved directory.
 func isReserved(key string) bool {
-	return strings.HasPrefix(key, tmpDir+"/")
+	return strings.HasPrefix(key, tmpDir+"/") || strings.HasPrefix(key, leaseDir+"/")
+}
+
+// isReservedDir reports whether the directory entry name in the directory
+// of keys dir is a reserved directory.
+func isReservedDir(dir, name string) bool {
+	return dir == "" && (name == tmpDir || name == leaseDir)
 }
 
 // storableDir reports whether the directory part dir of a key (ending in

@@ -695,3 +695,7 @@ func TestOpenSweepsStaleTempFiles(t *testing.T) {
 		t.Errorf("after Open: %q, want only live", names)
 	}
 }
+
+func TestLeaseConformance(t *testing.T) {
+	objstoretest.RunLeases(t, func(t *testing.T) objstore.Bucket { return open(t, t.TempDir()) })
+}

@@ -6,6 +6,9 @@
 // backends. Where the contract is silent it errs on the strict side: a body
 // read after Close fails, and a Put whose body disagrees with a declared Size
 // is refused.
+//
+// It also implements objstore.Leaser the way Azure leases blobs, on a clock
+// that tests can replace (WithClock) to expire leases without waiting.
 package memory
 
 import (
@@ -40,16 +43,38 @@ type object struct {
 // Bucket is an in-memory objstore.Bucket. The zero value is not usable; call
 // New.
 type Bucket struct {
+	now func() time.Time
+
 	mu      sync.RWMutex
 	objects map[string]*object
-	seq     uint64 // last ETag issued; ETags are never reused
+	leases  map[string]*leaseState // by key; see lease.go
+	seq     uint64                 // last ETag or lease id issued; never reused
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)
 
+// An Option configures a Bucket made by New.
+type Option func(*Bucket)
+
+// WithClock makes the bucket read the time from now instead of time.Now:
+// for lease expiry and for the LastModified of the objects it stores. Tests
+// pass a fake clock to expire leases without waiting. now must be safe for
+// concurrent use.
+func WithClock(now func() time.Time) Option {
+	return func(b *Bucket) { b.now = now }
+}
+
 // New returns an empty bucket.
-func New() *Bucket {
-	return &Bucket{objects: make(map[string]*object)}
+func New(opts ...Option) *Bucket {
+	b := &Bucket{
+		now:     time.Now,
+		objects: make(map[string]*object),
+		leases:  make(map[string]*leaseState),
+	}
+	for _, opt := range opts {
+		opt(b)
+	}
+	return b
 }
 
 // Len reports how many objects the bucket holds.
@@ -170,6 +195,11 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, opts objstore
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// A live lease is reported before any condition, as by Azure (Azurite
+	// checks create-if-absent first).
+	if err := b.leased(key); err != nil {
+		return objstore.Attrs{}, fmt.Errorf("put %s: %w", key, err)
+	}
 	cur := b.objects[key]
 	switch {
 	case opts.IfNotExists && cur != nil:
@@ -179,17 +209,24 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, opts objstore
 	case opts.IfMatch != "" && cur.etag != opts.IfMatch:
 		return objstore.Attrs{}, fmt.Errorf("%w: %s has ETag %s, not %s", objstore.ErrPrecondition, key, cur.etag, opts.IfMatch)
 	}
+	b.endLease(key)
+	o := b.store(key, data, md)
+	return o.attrs(key), nil
+}
+
+// store replaces the object at key. b.mu must be held.
+func (b *Bucket) store(key string, data []byte, md map[string]string) *object {
 	b.seq++
 	o := &object{
 		data: data,
 		// Quoted and hex like Azure's, so code that compares or forwards
 		// ETags sees the same shape in tests.
 		etag:     fmt.Sprintf(`"0x%X"`, b.seq),
-		modified: time.Now().UTC(),
+		modified: b.now().UTC(),
 		metadata: md,
 	}
 	b.objects[key] = o
-	return o.attrs(key), nil
+	return o
 }
 
 // Delete removes the object; a missing object is success.
@@ -198,7 +235,9 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 }
 
 // DeleteMany removes the objects. Every key is validated before any is
-// removed, so a bad key deletes nothing.
+// removed, so a bad key deletes nothing. Objects under a lease are kept and
+// reported with objstore.ErrLeased, as Azure reports them, while the others
+// are removed.
 func (b *Bucket) DeleteMany(ctx context.Context, keys []string) error {
 	for _, key := range keys {
 		if err := objstore.ValidateKey(key); err != nil {
@@ -210,10 +249,16 @@ func (b *Bucket) DeleteMany(ctx context.Context, keys []string) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var errs []error
 	for _, key := range keys {
+		if err := b.leased(key); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", key, err))
+			continue
+		}
+		b.endLease(key)
 		delete(b.objects, key)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // List calls fn for every key under prefix in lexical order. It lists a

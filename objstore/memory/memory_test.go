@@ -181,3 +181,7 @@ func TestBodyError(t *testing.T) {
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+func TestLeaseConformance(t *testing.T) {
+	objstoretest.RunLeases(t, func(t *testing.T) objstore.Bucket { return memory.New() })
+}

@@ -10,6 +10,9 @@
 //		objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return memory.New() })
 //	}
 //
+// Backends that implement objstore.Leaser also call RunLeases, the suite of
+// the lease contract.
+//
 // Each case asserts bytes, counts and error sentinels (with errors.Is), not
 // merely the absence of errors, and keeps its data small: the Azure run goes
 // through a single-threaded Azurite.

@@ -304,24 +304,32 @@ func TestMutants(t *testing.T) {
 	for name, m := range mutants {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			// Only the cases expected to fail run, which keeps this cheap.
-			run := fmt.Sprintf("^TestMutants$/^(%s)$", strings.Join(m.catch, "|"))
-			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.timeout=2m")
-			cmd.Env = append(os.Environ(), mutantEnv+"="+name)
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) {
-				t.Fatalf("suite passed or did not run against the mutant (err %v):\n%s", err, out)
-			}
-			for _, c := range m.catch {
-				failed := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*--- FAIL: TestMutants/%s \(`, regexp.QuoteMeta(c)))
-				if !failed.Match(out) {
-					t.Errorf("subtest %s did not catch the mutant", c)
-				}
-			}
-			if t.Failed() {
-				t.Logf("suite output:\n%s", out)
-			}
+			checkCaught(t, "TestMutants", mutantEnv, name, m.catch)
 		})
+	}
+}
+
+// checkCaught runs the subtests catch of test (a Test function of this
+// binary) in a child process with env set to the mutant's name, and checks
+// that each of them failed.
+func checkCaught(t *testing.T, test, env, name string, catch []string) {
+	t.Helper()
+	// Only the cases expected to fail run, which keeps this cheap.
+	run := fmt.Sprintf("^%s$/^(%s)$", test, strings.Join(catch, "|"))
+	cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), env+"="+name)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("suite passed or did not run against the mutant (err %v):\n%s", err, out)
+	}
+	for _, c := range catch {
+		failed := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*--- FAIL: %s/%s \(`, test, regexp.QuoteMeta(c)))
+		if !failed.Match(out) {
+			t.Errorf("subtest %s did not catch the mutant", c)
+		}
+	}
+	if t.Failed() {
+		t.Logf("suite output:\n%s", out)
 	}
 }
