@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"time"
 )
 
 // Prefixed returns a Bucket that stores every key under prefix, so that a
@@ -17,7 +18,25 @@ func Prefixed(b Bucket, prefix string) (Bucket, error) {
 	if err := ValidateKey(prefix); err != nil {
 		return nil, err
 	}
-	return &prefixed{b: b, p: prefix + "/"}, nil
+	p := &prefixed{b: b, p: prefix + "/"}
+	if l, ok := b.(Leaser); ok {
+		return &prefixedLeaser{prefixed: p, l: l}, nil
+	}
+	return p, nil
+}
+
+// prefixedLeaser keeps the inner bucket's leases visible through the prefix.
+type prefixedLeaser struct {
+	*prefixed
+	l Leaser
+}
+
+func (p *prefixedLeaser) AcquireLease(ctx context.Context, key string, d time.Duration) (Lease, error) {
+	k, err := p.key(key)
+	if err != nil {
+		return nil, err
+	}
+	return p.l.AcquireLease(ctx, k, d)
 }
 
 type prefixed struct {

@@ -11,13 +11,6 @@ import (
 	"github.com/rollstore/rollstore/objstore"
 )
 
-// The lease durations the service accepts, apart from infinite leases,
-// which rollstore never takes: an owner that dies must lose its lease.
-const (
-	minLeaseDuration = 15 * time.Second
-	maxLeaseDuration = 60 * time.Second
-)
-
 // acquireAttempts bounds how often AcquireLease creates the blob and tries
 // again, should a concurrent Delete keep removing it in between.
 const acquireAttempts = 3
@@ -35,8 +28,8 @@ func (b *Bucket) AcquireLease(ctx context.Context, key string, d time.Duration) 
 	if err := objstore.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if d < minLeaseDuration || d > maxLeaseDuration || d%time.Second != 0 {
-		return nil, fmt.Errorf("azure %s %s: duration %v: want whole seconds from %v to %v", opAcquireLease, key, d, minLeaseDuration, maxLeaseDuration)
+	if err := objstore.ValidateLeaseDuration(d); err != nil {
+		return nil, fmt.Errorf("azure %s %s: %w", opAcquireLease, key, err)
 	}
 	// The lease client fixes a random lease id here, so the SDK's retry of
 	// a request whose response was lost proposes the same id again, which

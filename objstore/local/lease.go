@@ -17,14 +17,6 @@ import (
 	"github.com/rollstore/rollstore/objstore"
 )
 
-// The lease durations Azure accepts (apart from infinite leases). They are
-// enforced here too, so that code run against a folder does not ask Azure
-// for a lease it refuses.
-const (
-	minLeaseDuration = 15 * time.Second
-	maxLeaseDuration = 60 * time.Second
-)
-
 var _ objstore.Leaser = (*Bucket)(nil)
 
 // leaseRecord is the content of a lease file.
@@ -197,8 +189,8 @@ func (b *Bucket) AcquireLease(ctx context.Context, key string, d time.Duration) 
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("local: %s: %w", op, err)
 	}
-	if d < minLeaseDuration || d > maxLeaseDuration || d%time.Second != 0 {
-		return nil, fmt.Errorf("local: %s %q: duration %v: want whole seconds from %v to %v", op, key, d, minLeaseDuration, maxLeaseDuration)
+	if err := objstore.ValidateLeaseDuration(d); err != nil {
+		return nil, fmt.Errorf("local: %s %q: %w", op, key, err)
 	}
 	unlock, err := b.lockLease(key, true)
 	if err != nil {

@@ -8,14 +8,6 @@ import (
 	"github.com/rollstore/rollstore/objstore"
 )
 
-// The lease durations Azure accepts (apart from infinite leases). They are
-// enforced here too, so that code tested against this bucket does not ask
-// Azure for a lease it refuses.
-const (
-	minLeaseDuration = 15 * time.Second
-	maxLeaseDuration = 60 * time.Second
-)
-
 var _ objstore.Leaser = (*Bucket)(nil)
 
 // leaseState is the lease recorded on a key. It stays recorded after it
@@ -57,8 +49,8 @@ func (b *Bucket) AcquireLease(ctx context.Context, key string, d time.Duration) 
 	if err := objstore.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if d < minLeaseDuration || d > maxLeaseDuration || d%time.Second != 0 {
-		return nil, fmt.Errorf("acquire lease %s: duration %v: want whole seconds from %v to %v", key, d, minLeaseDuration, maxLeaseDuration)
+	if err := objstore.ValidateLeaseDuration(d); err != nil {
+		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
