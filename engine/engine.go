@@ -114,6 +114,9 @@ type Config struct {
 	CacheBytes int64
 	// MaxManifestBytes and MaxSegmentBytes bound metadata reads.
 	MaxManifestBytes int64
+	// LeaseDuration is the shard and merger lease period (15–60 s) on stores
+	// with leases; negative disables leases.
+	LeaseDuration time.Duration
 
 	// Hooks are called at named points (tests pause or fail there).
 	Hooks hook.Func
@@ -145,6 +148,7 @@ func DefaultConfig() Config {
 		MaxPayloadInFlight:     512 << 20,
 		CacheBytes:             256 << 20,
 		MaxManifestBytes:       64 << 20,
+		LeaseDuration:          30 * time.Second,
 	}
 }
 
@@ -176,6 +180,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OrphanGrace < 0 {
 		c.OrphanGrace = d.OrphanGrace
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = d.LeaseDuration
 	}
 	if c.CacheBytes < 0 {
 		c.CacheBytes = d.CacheBytes
@@ -219,6 +226,11 @@ func Open(store objstore.Bucket, cfg Config) (*DB, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Shard != "" {
 		if err := layout.ValidateShard(cfg.Shard); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.LeaseDuration > 0 {
+		if err := objstore.ValidateLeaseDuration(cfg.LeaseDuration); err != nil {
 			return nil, err
 		}
 	}

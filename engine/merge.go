@@ -51,6 +51,14 @@ const maxCommitAttempts = 8
 func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, error) {
 	t.mergeMu.Lock()
 	defer t.mergeMu.Unlock()
+	o, err := t.db.acquire(ctx, t.lay.MergerLease())
+	if errors.Is(err, objstore.ErrLeased) {
+		return MergeResult{}, fmt.Errorf("%w: %s", ErrMergerBusy, t.Name())
+	}
+	if err != nil {
+		return MergeResult{}, fmt.Errorf("acquiring the merger lease: %w", err)
+	}
+	defer o.release(context.WithoutCancel(ctx))
 	start := time.Now()
 	defer func() { t.db.stats.MergeNanos.Add(int64(time.Since(start))) }()
 	cfg := t.db.cfg
@@ -74,6 +82,13 @@ func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		gens, err := t.listWAL(ctx)
 		if err != nil {
 			return res, err
+		}
+		if sealed, err := t.sealAbandoned(ctx, base.m, gens); err != nil {
+			return res, err
+		} else if sealed {
+			if gens, err = t.listWAL(ctx); err != nil {
+				return res, err
+			}
 		}
 		plan, leftover := planMerge(base.m, gens, budget)
 		compact := t.pickCompaction(base.m)

@@ -232,11 +232,16 @@ func testConcurrentMergersNoDuplicates(t *testing.T, sc storeCase) {
 		}
 	}
 	// Four processes; hold all four before their commit so they race on it.
+	// Leases off: with them, the merger lease would serialise the four
+	// (TestMergerLeaseSingleton); here the commit's create-if-absent alone
+	// must keep them from duplicating rows.
 	var envs []*env
 	var gates []*faultyGate
+	cfg := testConfig("")
+	cfg.LeaseDuration = -1
 	for i := 0; i < 4; i++ {
 		fb := faulty.New(store)
-		envs = append(envs, newEnv(t, fb, testConfig("")))
+		envs = append(envs, newEnv(t, fb, cfg))
 		gates = append(gates, &faultyGate{fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))})
 	}
 	var wg sync.WaitGroup

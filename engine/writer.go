@@ -19,6 +19,7 @@ import (
 type shardWriter struct {
 	t     *Table
 	shard string
+	owner *owner // the shard lease; nil without leases
 
 	mu       sync.Mutex
 	queue    []*appendReq
@@ -81,7 +82,16 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 	}
 	w := &shardWriter{t: t, shard: t.db.cfg.Shard, inflight: map[string]*appendReq{}, recent: map[string]*Record{},
 		kick: make(chan struct{}, 1), flush: make(chan chan error), quit: make(chan struct{}), done: make(chan struct{})}
+	o, err := t.db.acquire(ctx, t.lay.ShardLease(w.shard))
+	if errors.Is(err, objstore.ErrLeased) {
+		return nil, fmt.Errorf("%w: %s/%s", ErrShardOwned, t.Name(), w.shard)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("acquiring shard %s: %w", w.shard, err)
+	}
+	w.owner = o
 	if err := w.recover(ctx); err != nil {
+		o.release(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	t.writer = w
@@ -289,6 +299,7 @@ func (w *shardWriter) loop() {
 			}
 			w.mu.Unlock()
 			w.fail(nil, ErrClosed)
+			w.owner.release(context.Background())
 			return
 		}
 	}
@@ -354,6 +365,10 @@ func (w *shardWriter) writeSegment(gen uint64, batch []*appendReq) error {
 	if err := t.db.cfg.Hooks.Call(ctx, "write:before-segment"); err != nil {
 		return err
 	}
+	if err := w.owner.valid(); err != nil {
+		w.fail(batch, err)
+		return err
+	}
 	seq := w.nextSeg
 	// A segment number is used once, whatever the outcome: a put whose
 	// response was lost may still have landed.
@@ -367,6 +382,12 @@ func (w *shardWriter) writeSegment(gen uint64, batch []*appendReq) error {
 	}
 	if err != nil {
 		return fmt.Errorf("writing segment %s: %w", key, err)
+	}
+	if err := w.owner.valid(); err != nil {
+		// Landed, but perhaps after a new owner sealed the generation
+		// without it: not acknowledged (see lease.go).
+		w.fail(batch, err)
+		return err
 	}
 	t.db.layouts.Add(key, lay, lay.MemSize())
 	if len(w.segs) == 0 {
@@ -408,6 +429,9 @@ func (w *shardWriter) fail(skip []*appendReq, err error) {
 
 // seal closes the open generation and opens the next.
 func (w *shardWriter) seal(ctx context.Context) error {
+	if err := w.owner.valid(); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	gen := w.gen
 	w.mu.Unlock()

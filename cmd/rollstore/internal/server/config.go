@@ -1,0 +1,118 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// Config holds the service's limits and behaviour. Zero fields take the
+// defaults of DefaultConfig; cmd/rollstore fills it from flags and the
+// environment.
+type Config struct {
+	// MaxBodyBytes bounds the body of one PUT: the payload, which streams
+	// to the store and is never held whole in memory.
+	MaxBodyBytes int64
+	// MaxRecordHeaderBytes bounds the Rollstore-Record header (431 above).
+	MaxRecordHeaderBytes int
+	// MaxBatchBytes bounds a batch body. Batches are decoded in memory
+	// (all-or-nothing needs every item before the first is written), so
+	// this is also the memory one batch request may take.
+	MaxBatchBytes int64
+	// UploadIdleTimeout: an upload whose body delivers no byte for this long
+	// is answered 408 and nothing of it is stored. Negative disables it.
+	UploadIdleTimeout time.Duration
+	// MaxConcurrentRequests bounds the API requests served at once; the
+	// next is refused with 503 and Retry-After rather than queued. Health
+	// and metrics requests are not counted.
+	MaxConcurrentRequests int
+	// MergeInterval is the period of the in-process merger. Negative
+	// disables it (a separate merger process does the work).
+	MergeInterval time.Duration
+	// SweepEvery makes every SweepEvery-th merger pass also sweep orphans.
+	SweepEvery int
+	// DrainTimeout bounds the graceful drain after Serve's context ends.
+	DrainTimeout time.Duration
+	// DrainDelay keeps the listener open after readiness starts failing, so
+	// load balancers notice before connections are refused. During it every
+	// API request is answered 503 "draining". Zero (the default) closes the
+	// listener at once.
+	DrainDelay time.Duration
+	// RetryAfter is the Retry-After sent with every 503.
+	RetryAfter time.Duration
+	// AuthTokens, when not empty, makes every request except /healthz and
+	// /readyz require "Authorization: Bearer <token>" with one of them.
+	AuthTokens []string
+	// Store, if it offers a Check or Ping method, is probed by /readyz;
+	// otherwise readiness lists the tables.
+	Store objstore.Bucket
+	// Logger receives request and merger logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxBodyBytes:          1 << 30,
+		MaxRecordHeaderBytes:  64 << 10,
+		MaxBatchBytes:         64 << 20,
+		UploadIdleTimeout:     30 * time.Second,
+		MaxConcurrentRequests: 1024,
+		MergeInterval:         30 * time.Second,
+		SweepEvery:            10,
+		DrainTimeout:          30 * time.Second,
+		RetryAfter:            time.Second,
+	}
+}
+
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.MaxRecordHeaderBytes == 0 {
+		c.MaxRecordHeaderBytes = d.MaxRecordHeaderBytes
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = d.MaxBatchBytes
+	}
+	if c.UploadIdleTimeout == 0 {
+		c.UploadIdleTimeout = d.UploadIdleTimeout
+	}
+	if c.MaxConcurrentRequests == 0 {
+		c.MaxConcurrentRequests = d.MaxConcurrentRequests
+	}
+	if c.MergeInterval == 0 {
+		c.MergeInterval = d.MergeInterval
+	}
+	if c.SweepEvery == 0 {
+		c.SweepEvery = d.SweepEvery
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = d.DrainTimeout
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = d.RetryAfter
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.MaxBodyBytes < 0, c.MaxRecordHeaderBytes < 0, c.MaxBatchBytes < 0:
+		return c, fmt.Errorf("server: size limits must be positive")
+	case c.MaxConcurrentRequests < 0:
+		return c, fmt.Errorf("server: MaxConcurrentRequests must be positive")
+	case c.SweepEvery < 0:
+		return c, fmt.Errorf("server: SweepEvery must be positive")
+	case c.DrainTimeout < 0, c.DrainDelay < 0, c.RetryAfter < 0:
+		return c, fmt.Errorf("server: drain and retry durations must not be negative")
+	}
+	for _, t := range c.AuthTokens {
+		if t == "" {
+			return c, fmt.Errorf("server: empty auth token")
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/objstore"
+)
+
+func TestClassify(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("context: %w", err) }
+	for _, c := range []struct {
+		err    error
+		status int
+		code   string
+		retry  bool
+	}{
+		{engine.ErrTableNotFound, 404, codeTableNotFound, false},
+		{engine.ErrNotFound, 404, codeNotFound, false},
+		{engine.ErrNoVersion, 404, codeVersionNotFound, false},
+		{engine.ErrVersionGone, 410, codeVersionGone, false},
+		// A collected version wraps the store's not-found: still 410.
+		{fmt.Errorf("%w: version 3: %w", engine.ErrVersionGone, objstore.ErrNotFound), 410, codeVersionGone, false},
+		{engine.ErrTableExists, 409, codeTableExists, false},
+		{engine.ErrConflict, 409, codeConflict, false},
+		{engine.ErrInvalid, 400, codeInvalidArgument, false},
+		{engine.ErrInvalidName, 400, codeInvalidArgument, false},
+		{engine.ErrTooLarge, 413, codePayloadTooLarge, false},
+		{&http.MaxBytesError{Limit: 5}, 413, codePayloadTooLarge, false},
+		{&engine.RangeError{Size: 3}, 416, codeRangeNotSatisfy, false},
+		{engine.ErrOverloaded, 503, codeOverloaded, true},
+		{objstore.ErrThrottled, 503, codeThrottled, true},
+		{engine.ErrNoWriter, 503, codeReadOnly, true},
+		{engine.ErrFenced, 503, codeFenced, true},
+		{engine.ErrClosed, 503, codeUnavailable, true},
+		// A missing file is a 500 that says so, never a 404, even though
+		// it wraps the store's not-found.
+		{fmt.Errorf("%w: k after 3 attempts: %w", engine.ErrMissingFile, objstore.ErrNotFound), 500, codeMissingFile, false},
+		{objstore.ErrNotFound, 500, codeMissingFile, false},
+		{rowfile.ErrCorrupt, 500, codeCorrupt, false},
+		{objstore.ErrAuth, 502, codeStoreAuth, false},
+		{objstore.ErrContainerNotFound, 502, codeStoreNotFound, false},
+		{context.DeadlineExceeded, 504, codeTimeout, false},
+		{context.Canceled, statusClientClosed, codeCanceled, false},
+		{errUploadIdle, 408, codeTimeout, false},
+		{errTruncated, 400, codeTruncatedBody, false},
+		{errBodyLimit, 413, codePayloadTooLarge, false},
+		{errors.New("boom"), 500, codeInternal, false},
+		// Batch errors keep the cause's answer.
+		{&engine.BatchError{Index: 2, Err: wrap(engine.ErrConflict)}, 409, codeConflict, false},
+		{&positionError{what: "line", n: 3, err: engine.ErrInvalid}, 400, codeInvalidArgument, false},
+		{badRequest("x"), 400, codeInvalidArgument, false},
+		{newError(503, codeDraining, "x"), 503, codeDraining, true},
+	} {
+		for _, err := range []error{c.err, wrap(c.err)} {
+			o := classify(err)
+			if o.status != c.status || o.code != c.code || o.retry != c.retry {
+				t.Errorf("classify(%v) = %+v, want %d %s retry=%v", err, o, c.status, c.code, c.retry)
+			}
+		}
+	}
+}
+
+func TestParseRange(t *testing.T) {
+	for _, c := range []struct {
+		h       string
+		kind    rangeKind
+		size    int64
+		off, n  int64
+		satisfy bool
+	}{
+		{"", rangeNone, 10, 0, 0, false},
+		{"bytes=0-4", rangeOne, 10, 0, 5, true},
+		{"bytes=5-", rangeOne, 10, 5, 5, true},
+		{"bytes=-3", rangeOne, 10, 7, 3, true},
+		{"bytes=-30", rangeOne, 10, 0, 10, true},
+		{"bytes=8-100", rangeOne, 10, 8, 2, true},
+		{"bytes=10-", rangeOne, 10, 0, 0, false},
+		{"bytes=-0", rangeOne, 10, 0, 0, false},
+		{"bytes=0-0", rangeOne, 0, 0, 0, false},
+		{"BYTES = 1-2", rangeOne, 10, 1, 2, true},
+		{"bytes=1-2,4-5", rangeNone, 10, 0, 0, false},
+		{"pages=1-2", rangeNone, 10, 0, 0, false},
+		{"bytes=2-1", rangeInvalid, 10, 0, 0, false},
+		{"bytes=+1-2", rangeInvalid, 10, 0, 0, false},
+		{"bytes=1", rangeInvalid, 10, 0, 0, false},
+		{"bytes=a-b", rangeInvalid, 10, 0, 0, false},
+		{"bytes=99999999999999999999-", rangeInvalid, 10, 0, 0, false},
+	} {
+		br, kind := parseRange(c.h)
+		if kind != c.kind {
+			t.Errorf("%q: kind %d, want %d", c.h, kind, c.kind)
+			continue
+		}
+		if kind != rangeOne {
+			continue
+		}
+		off, n, ok := br.resolve(c.size)
+		if ok != c.satisfy || (ok && (off != c.off || n != c.n)) {
+			t.Errorf("%q on %d bytes: %d+%d %v, want %d+%d %v", c.h, c.size, off, n, ok, c.off, c.n, c.satisfy)
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/rollstore/rollstore/engine"
+)
+
+// List page sizes: the default, and the most one page may hold. A larger
+// limit is lowered to the maximum rather than refused (as AIP-158 advises),
+// so clients can ask for "as many as you allow".
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	opts := engine.ListOptions{
+		RolloutID:     q.Get("rollout_id"),
+		ProblemID:     q.Get("problem_id"),
+		PolicyVersion: q.Get("policy_version"),
+		PageToken:     q.Get("page_token"),
+		Limit:         defaultListLimit,
+	}
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n <= 0 {
+			return badRequest("limit must be a positive integer, got %q", q.Get("limit"))
+		}
+		opts.Limit = min(n, maxListLimit)
+	}
+	v, err := versionParam(r)
+	if err != nil {
+		return err
+	}
+	opts.Version = v
+	tb, err := s.table(r)
+	if err != nil {
+		return err
+	}
+	page, err := tb.List(r.Context(), opts)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Records       []recordView `json:"records"`
+		NextPageToken string       `json:"next_page_token,omitempty"`
+	}{viewsOf(page.Records), page.NextPageToken})
+	return nil
+}
+
+// scan streams the table as an Arrow IPC stream. An error before the first
+// byte is answered as JSON; after it, the connection is cut so the client
+// sees a broken stream rather than a short one that looks complete.
+func (s *Server) scan(w http.ResponseWriter, r *http.Request) error {
+	v, err := versionParam(r)
+	if err != nil {
+		return err
+	}
+	opts := engine.ScanOptions{Version: v}
+	if q := r.URL.Query(); q.Has("payloads") {
+		if opts.WithPayloads, err = strconv.ParseBool(q.Get("payloads")); err != nil {
+			return badRequest("payloads must be true or false, got %q", q.Get("payloads"))
+		}
+	}
+	tb, err := s.table(r)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", mediaArrow)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if err := tb.Scan(r.Context(), w, opts); err != nil {
+		w.Header().Del("Content-Type")
+		return err
+	}
+	return nil
+}

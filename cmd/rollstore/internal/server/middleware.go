@@ -1,0 +1,192 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// handlerFunc is a route handler. A returned error is answered by the
+// wrapper (see errors.go), or, if the response had already begun, ends the
+// connection so the client sees a truncated response instead of a body
+// that silently stops short.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle registers h for pattern with the common request handling: request
+// id, drain, auth, the concurrency limit, logs and metrics. The pattern is
+// also the route label of metrics, so labels are templates, not raw paths.
+func (s *Server) handle(pattern string, h handlerFunc, opts int) {
+	route := pattern
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		route = path
+	}
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		r = withRequestID(w, r)
+		rec := &recorder{ResponseWriter: w}
+		err := s.admit(rec, r, h, opts)
+		status, abort := s.answer(rec, r, err)
+		elapsed := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Observe(elapsed.Seconds())
+		s.logRequest(r, route, status, rec.bytes, elapsed, err, abort)
+		if abort {
+			panic(http.ErrAbortHandler)
+		}
+	}))
+}
+
+// admit runs h unless the request is refused: while draining, without a
+// valid token, or over the concurrency limit.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, opts int) error {
+	if opts&internal == 0 && s.draining.Load() {
+		// Connection: close sends keep-alive clients to another instance.
+		w.Header().Set("Connection", "close")
+		return newError(http.StatusServiceUnavailable, codeDraining, "server is draining; retry on another instance")
+	}
+	if opts&public == 0 && len(s.tokens) > 0 && !s.authorized(r) {
+		return newError(http.StatusUnauthorized, codeUnauthorized, "missing or invalid bearer token")
+	}
+	if opts&internal != 0 {
+		return h(w, r)
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return newError(http.StatusServiceUnavailable, codeOverloaded, "too many concurrent requests (limit %d)", s.cfg.MaxConcurrentRequests)
+	}
+	s.metrics.inflight.Inc()
+	defer func() {
+		s.metrics.inflight.Dec()
+		<-s.sem
+	}()
+	return h(w, r)
+}
+
+// answer writes the error answer if there is one and reports the status
+// to log. If the response had already begun, no answer can be written:
+// abort tells the caller to cut the connection instead.
+func (s *Server) answer(rec *recorder, r *http.Request, err error) (status int, abort bool) {
+	switch {
+	case err == nil && rec.status == 0:
+		return http.StatusOK, false
+	case err == nil:
+		return rec.status, false
+	case rec.status != 0 && r.Context().Err() != nil:
+		return statusClientClosed, true // the client left mid-response: its loss, not ours
+	case rec.status != 0:
+		return classify(err).status, true
+	}
+	if o := s.writeError(rec, r, err); o.status == statusClientClosed {
+		return o.status, false
+	}
+	return rec.status, false
+}
+
+// withRequestID takes the caller's X-Request-Id if it is usable, or makes
+// one, echoes it and puts it in the request's context for logs.
+func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
+	id := r.Header.Get("X-Request-Id")
+	if !validRequestID(id) {
+		id = newRequestID()
+	}
+	w.Header().Set("X-Request-Id", id)
+	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+}
+
+func (s *Server) logRequest(r *http.Request, route string, status int, n int64, d time.Duration, err error, aborted bool) {
+	level := slog.LevelInfo
+	switch {
+	case status >= 500 || (aborted && status != statusClientClosed):
+		level = slog.LevelError
+	case route == "/healthz" || route == "/readyz" || route == "/metrics":
+		level = slog.LevelDebug
+	}
+	if !s.log.Enabled(r.Context(), level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", requestID(r.Context())),
+		slog.String("method", r.Method),
+		slog.String("route", route),
+		slog.String("path", r.URL.EscapedPath()),
+		slog.Int("status", status),
+		slog.Int64("bytes", n),
+		slog.Duration("duration", d),
+		slog.String("remote", r.RemoteAddr),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("err", err.Error()))
+	}
+	if aborted {
+		attrs = append(attrs, slog.Bool("aborted", true))
+	}
+	s.log.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// methodLabel keeps the method label's values bounded whatever clients send.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodOptions, http.MethodPatch:
+		return m
+	}
+	return "OTHER"
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// validRequestID accepts a caller's id only if it is short and plain, since
+// it is echoed in headers and logs.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// recorder notes the status and size of a response. Unwrap lets
+// http.ResponseController reach the connection (read deadlines, flushes).
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,263 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/engine/rowfile"
+)
+
+// recordHeader is the Rollstore-Record header of a PUT: the record's fields
+// except the id (from the path), the content type (Content-Type) and what
+// the server computes (size, checksum).
+type recordHeader struct {
+	// ID may be repeated from the path; it must then be equal.
+	ID            *string         `json:"id"`
+	RolloutID     string          `json:"rollout_id"`
+	ProblemID     string          `json:"problem_id"`
+	Sequence      int64           `json:"sequence"`
+	Role          string          `json:"role"`
+	Reward        *float64        `json:"reward"`
+	PolicyVersion string          `json:"policy_version"`
+	Metadata      json.RawMessage `json:"metadata"`
+	CreatedAt     time.Time       `json:"created_at"`
+}
+
+func (h *recordHeader) record(id, contentType string) engine.Record {
+	rec := engine.Record{
+		ID:            id,
+		RolloutID:     h.RolloutID,
+		ProblemID:     h.ProblemID,
+		Sequence:      h.Sequence,
+		Role:          h.Role,
+		Reward:        h.Reward,
+		PolicyVersion: h.PolicyVersion,
+		ContentType:   contentType,
+		CreatedAt:     h.CreatedAt,
+	}
+	if m := bytes.TrimSpace(h.Metadata); len(m) > 0 && string(m) != "null" {
+		rec.Metadata = m
+	}
+	return rec
+}
+
+// decodeStrict decodes exactly one JSON value and refuses unknown fields,
+// so a misspelt field is an error instead of silently dropped data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return badRequest("trailing data after the JSON value")
+	}
+	return nil
+}
+
+const recordHeaderName = "Rollstore-Record"
+
+// putRollout stores one rollout. The body is the payload and streams to
+// the store as it arrives; the record is durable before the answer.
+func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := rowfile.ValidateID(id); err != nil {
+		return err
+	}
+	vals := r.Header.Values(recordHeaderName)
+	switch {
+	case len(vals) == 0:
+		return badRequest("the %s header is required (record fields as JSON)", recordHeaderName)
+	case len(vals) > 1:
+		return badRequest("exactly one %s header is allowed", recordHeaderName)
+	case len(vals[0]) > s.cfg.MaxRecordHeaderBytes:
+		return newError(http.StatusRequestHeaderFieldsTooLarge, codeHeaderTooLarge,
+			"%s header is %d bytes, limit %d", recordHeaderName, len(vals[0]), s.cfg.MaxRecordHeaderBytes)
+	}
+	var hdr recordHeader
+	if err := decodeStrict([]byte(vals[0]), &hdr); err != nil {
+		return &apiError{status: http.StatusBadRequest, code: codeInvalidArgument, msg: recordHeaderName + " header", err: err}
+	}
+	if hdr.ID != nil && *hdr.ID != id {
+		return badRequest("%s id %q differs from the path's %q", recordHeaderName, *hdr.ID, id)
+	}
+	// A request without framing has no body by HTTP's rules; for a PUT of
+	// a payload that is more likely a client bug than an empty payload.
+	if r.ContentLength == 0 && r.Header.Get("Content-Length") == "" && len(r.TransferEncoding) == 0 && r.ProtoMajor == 1 {
+		return newError(http.StatusLengthRequired, codeLengthRequired, "Content-Length or chunked transfer encoding is required")
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return newError(http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+			"body of %d bytes exceeds the limit of %d", r.ContentLength, s.cfg.MaxBodyBytes)
+	}
+	tb, err := s.table(r)
+	if err != nil {
+		return err
+	}
+	body := newUploadBody(w, r, s.cfg.UploadIdleTimeout, s.cfg.MaxBodyBytes)
+	res, err := tb.Append(r.Context(), hdr.record(id, r.Header.Get("Content-Type")), body, r.ContentLength)
+	body.done()
+	if err != nil {
+		return body.explain(err)
+	}
+	status := http.StatusOK // an identical retry: nothing new was written
+	if res.Created {
+		status = http.StatusCreated
+		w.Header().Set("Location", rolloutPath(tb.Name(), id))
+	}
+	w.Header().Set("ETag", etag(res.Record))
+	writeJSON(w, status, viewOf(res.Record))
+	return nil
+}
+
+func rolloutPath(table, id string) string {
+	return "/v1/tables/" + table + "/rollouts/" + url.PathEscape(id)
+}
+
+func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {
+	opts, err := readOptions(r)
+	if err != nil {
+		return err
+	}
+	tb, err := s.table(r)
+	if err != nil {
+		return err
+	}
+	rec, err := tb.Get(r.Context(), r.PathValue("id"), opts)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewOf(rec))
+	return nil
+}
+
+// getPayload streams a payload, whole or one byte range of it.
+//
+// The record is looked up first only when the answer depends on it before
+// any byte is read (a suffix range needs the size, conditional requests
+// need the ETag, HEAD needs only headers); otherwise the payload is opened
+// directly and the record comes with it, saving a lookup.
+func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
+	opts, err := readOptions(r)
+	if err != nil {
+		return err
+	}
+	tb, err := s.table(r)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	br, kind := parseRange(r.Header.Get("Range"))
+	if kind == rangeInvalid {
+		return newError(http.StatusRequestedRangeNotSatisfiable, codeRangeNotSatisfy, "malformed Range %q", r.Header.Get("Range"))
+	}
+	inm, ifRange := r.Header.Get("If-None-Match"), r.Header.Get("If-Range")
+	var rec *engine.Record
+	if br.isSuffix || inm != "" || ifRange != "" || r.Method == http.MethodHead {
+		if rec, err = tb.Get(r.Context(), id, opts); err != nil {
+			return err
+		}
+		if inm != "" && matchETag(inm, etag(rec)) {
+			setPayloadHeaders(w.Header(), rec)
+			w.WriteHeader(http.StatusNotModified)
+			return nil
+		}
+		if kind == rangeOne && ifRange != "" && !ifRangeHolds(ifRange, rec) {
+			kind = rangeNone
+		}
+	}
+
+	off, n := int64(0), int64(-1)
+	if kind == rangeOne {
+		off, n = br.first, br.length()
+		if rec != nil {
+			var ok bool
+			if off, n, ok = br.resolve(rec.PayloadSize); !ok {
+				return &engine.RangeError{Size: rec.PayloadSize}
+			}
+		}
+	}
+	if r.Method == http.MethodHead {
+		if kind == rangeOne {
+			writeRangeHeaders(w, rec, off, n)
+		} else {
+			setPayloadHeaders(w.Header(), rec)
+			w.Header().Set("Content-Length", strconv.FormatInt(rec.PayloadSize, 10))
+			w.WriteHeader(http.StatusOK)
+		}
+		return nil
+	}
+
+	p, err := tb.OpenPayload(r.Context(), id, off, n, opts)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	rec = p.Record
+	if kind == rangeOne && p.Offset >= rec.PayloadSize {
+		// The engine opens an empty window at the very end; HTTP calls
+		// that unsatisfiable.
+		return &engine.RangeError{Size: rec.PayloadSize}
+	}
+	if kind == rangeOne {
+		writeRangeHeaders(w, rec, p.Offset, p.Length)
+	} else {
+		setPayloadHeaders(w.Header(), rec)
+		w.Header().Set("Content-Length", strconv.FormatInt(p.Length, 10))
+		w.WriteHeader(http.StatusOK)
+	}
+	// Read with the request's context, so a resumed read (the file was
+	// reclaimed mid-stream) stops when the client goes away.
+	src := readerFunc(func(b []byte) (int, error) { return p.ReadContext(r.Context(), b) })
+	buf := make([]byte, 64<<10)
+	if _, err := io.CopyBuffer(w, src, buf); err != nil {
+		return err // headers are out: the wrapper aborts the connection
+	}
+	return nil
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
+
+func writeRangeHeaders(w http.ResponseWriter, rec *engine.Record, off, n int64) {
+	h := w.Header()
+	setPayloadHeaders(h, rec)
+	h.Set("Content-Range", "bytes "+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10)+"/"+strconv.FormatInt(rec.PayloadSize, 10))
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusPartialContent)
+}
+
+// setPayloadHeaders sets what describes the payload whatever part of it is
+// sent. nosniff because the content type is the writer's word and the
+// bytes are arbitrary.
+func setPayloadHeaders(h http.Header, rec *engine.Record) {
+	ct := rec.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	h.Set("Content-Type", ct)
+	h.Set("ETag", etag(rec))
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("Last-Modified", rec.CreatedAt.UTC().Format(http.TimeFormat))
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
+// ifRangeHolds reports whether the Range may be honoured under If-Range:
+// an entity tag must match strongly; a date must not predate the record
+// (payloads never change after creation).
+func ifRangeHolds(v string, rec *engine.Record) bool {
+	v = strings.TrimSpace(v)
+	if strings.HasPrefix(v, `"`) {
+		return v == etag(rec)
+	}
+	t, err := http.ParseTime(v)
+	return err == nil && !t.Before(rec.CreatedAt.Truncate(time.Second))
+}

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rollstore/rollstore/engine"
+)
+
+// Server serves one engine.DB over HTTP.
+type Server struct {
+	db      *engine.DB
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+	tokens  [][sha256.Size]byte
+	// sem holds one token per API request being served.
+	sem chan struct{}
+
+	draining atomic.Bool
+	// warmed is set once every table's snapshot was loaded, which is what
+	// readiness means beyond "the store answers".
+	warmed atomic.Bool
+	warmMu sync.Mutex
+}
+
+// New returns a Server over db. It starts nothing: Serve does, or a test
+// mounts Handler.
+func New(db *engine.DB, cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		db:  db,
+		cfg: cfg,
+		log: cfg.Logger,
+		mux: http.NewServeMux(),
+		sem: make(chan struct{}, cfg.MaxConcurrentRequests),
+	}
+	for _, t := range cfg.AuthTokens {
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	s.metrics = newMetrics(db)
+	s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP handler of the API.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// StartDrain makes readiness fail and every later API request be refused
+// with 503 "draining", while requests already running finish. Serve calls
+// it when its context ends; it cannot be undone.
+func (s *Server) StartDrain() {
+	if !s.draining.Swap(true) {
+		s.metrics.draining.Set(1)
+		s.log.Info("draining: readiness fails, new requests are refused")
+	}
+}
+
+// Serve serves on ln until ctx is done, running the merger alongside, then
+// drains within Config.DrainTimeout: readiness fails and new requests are
+// refused, the merger stops, requests in flight finish, the listener
+// closes, and db is closed, which seals the generations this process
+// wrote. It returns nil after a clean drain.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler: s.Handler(),
+		// No ReadTimeout or WriteTimeout: bodies stream for as long as they
+		// take; stalls are caught by the upload idle timeout instead.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// Room for the record header plus ordinary headers; a larger
+		// header block is refused by net/http with 431.
+		MaxHeaderBytes: s.cfg.MaxRecordHeaderBytes + 64<<10,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	mergeCtx, stopMerger := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMerger()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.RunMerger(mergeCtx) })
+	wg.Go(func() {
+		if err := s.warm(mergeCtx); err != nil {
+			s.log.Warn("loading tables at startup (readiness retries)", "err", err)
+		}
+	})
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	s.log.Info("serving", "addr", ln.Addr().String())
+
+	select {
+	case err := <-served:
+		stopMerger()
+		wg.Wait()
+		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+		defer cancel()
+		return errors.Join(fmt.Errorf("serving on %s: %w", ln.Addr(), err), s.db.Close(cctx))
+	case <-ctx.Done():
+	}
+
+	start := time.Now()
+	drainCtx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	s.StartDrain()
+	stopMerger()
+	if s.cfg.DrainDelay > 0 {
+		t := time.NewTimer(s.cfg.DrainDelay)
+		select {
+		case <-t.C:
+		case <-drainCtx.Done():
+		}
+		t.Stop()
+	}
+	var errs []error
+	if err := hs.Shutdown(drainCtx); err != nil {
+		hs.Close()
+		errs = append(errs, fmt.Errorf("drain: requests still running after %v: %w", s.cfg.DrainTimeout, err))
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, err)
+	}
+	wg.Wait()
+	if err := s.db.Close(drainCtx); err != nil {
+		errs = append(errs, fmt.Errorf("drain: closing the database: %w", err))
+	}
+	s.log.Info("drained", "took", time.Since(start).Round(time.Millisecond), "clean", len(errs) == 0)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/rollstore/rollstore/engine"
+)
+
+func TestTables(t *testing.T) {
+	e := newEnv(t)
+
+	r := e.do("GET", "/v1/tables", nil)
+	want(t, r, http.StatusOK, "")
+	var list struct{ Tables []string }
+	r.decode(t, &list)
+	if list.Tables == nil || len(list.Tables) != 0 {
+		t.Fatalf("empty store lists %q, want []", r.body)
+	}
+
+	want(t, e.do("PUT", "/v1/tables/runs", nil), http.StatusCreated, "")
+	want(t, e.do("PUT", "/v1/tables/runs", nil), http.StatusConflict, codeTableExists)
+	e.createTable("evals")
+
+	e.do("GET", "/v1/tables", nil).decode(t, &list)
+	if len(list.Tables) != 2 || list.Tables[0] != "evals" || list.Tables[1] != "runs" {
+		t.Fatalf("tables %q, want [evals runs]", list.Tables)
+	}
+
+	e.mustPut("runs", "a", []byte("payload-a"))
+	r = e.do("GET", "/v1/tables/runs", nil)
+	want(t, r, http.StatusOK, "")
+	var st engine.Status
+	r.decode(t, &st)
+	if st.Name != "runs" || st.PendingRows != 1 || len(st.Pending) != 1 || st.Pending[0].Shard != "test-0" {
+		t.Fatalf("status before merge: %s", r.body)
+	}
+	e.merge("runs")
+	e.do("GET", "/v1/tables/runs", nil).decode(t, &st)
+	if st.Version != 1 || st.Rows != 1 || st.PayloadBytes != int64(len("payload-a")) || st.PendingRows != 0 {
+		t.Fatalf("status after merge: %+v", st)
+	}
+
+	want(t, e.do("DELETE", "/v1/tables/runs", nil), http.StatusNoContent, "")
+	want(t, e.do("GET", "/v1/tables/runs", nil), http.StatusNotFound, codeTableNotFound)
+	want(t, e.do("GET", rolloutURL("runs", "a"), nil), http.StatusNotFound, codeTableNotFound)
+	want(t, e.put("runs", "b", `{"rollout_id":"r"}`, []byte("x")), http.StatusNotFound, codeTableNotFound)
+	want(t, e.do("DELETE", "/v1/tables/runs", nil), http.StatusNotFound, codeTableNotFound)
+	// The name is free again, and the new table starts empty.
+	e.createTable("runs")
+	want(t, e.do("GET", rolloutURL("runs", "a"), nil), http.StatusNotFound, codeNotFound)
+}
+
+func TestBadTableNames(t *testing.T) {
+	e := newEnv(t)
+	for _, path := range []string{
+		"/v1/tables/%2e%2e",        // ".." escaped past the router's cleaning
+		"/v1/tables/.hidden",       // names may not start with '.'
+		"/v1/tables/a%2Fb",         // '/' inside one segment
+		"/v1/tables/a%5Cb",         // backslash
+		"/v1/tables/a%00b",         // NUL
+		"/v1/tables/%C3%A9t%C3%A9", // non-ASCII
+		"/v1/tables/x%20y",         // space
+	} {
+		want(t, e.do("PUT", path, nil), http.StatusBadRequest, codeInvalidArgument)
+		want(t, e.do("GET", path, nil), http.StatusBadRequest, codeInvalidArgument)
+		want(t, e.do("PUT", path+"/rollouts/x", nil, "Rollstore-Record", `{"rollout_id":"r"}`), http.StatusBadRequest, codeInvalidArgument)
+	}
+	long := make([]byte, 129)
+	for i := range long {
+		long[i] = 'a'
+	}
+	want(t, e.do("PUT", "/v1/tables/"+string(long), nil), http.StatusBadRequest, codeInvalidArgument)
+
+	// Nothing was created by any of them.
+	var list struct{ Tables []string }
+	e.do("GET", "/v1/tables", nil).decode(t, &list)
+	if len(list.Tables) != 0 {
+		t.Fatalf("tables %q after bad names", list.Tables)
+	}
+}
+
+func TestPathTricks(t *testing.T) {
+	e := newEnv(t)
+	e.createTable("t")
+	e.createTable("other")
+	e.mustPut("other", "secret", []byte("not yours"))
+
+	// Literal dot segments are cleaned by the router, which redirects;
+	// the client must not end up reading another table's rows.
+	c := e.ts.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, p := range []string{
+		"/v1/tables/t/../other/rollouts/secret",
+		"/v1/tables/t/rollouts/../../other/rollouts/secret",
+	} {
+		req, _ := http.NewRequest("GET", e.ts.URL+p, nil)
+		req.URL.Opaque = p // keep the dots as sent
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 300 || resp.StatusCode > 399 {
+			t.Errorf("%s: %d, want a redirect to the cleaned path", p, resp.StatusCode)
+		}
+	}
+	// Escaped dots stay inside their segment: an id, never a path step.
+	want(t, e.do("GET", "/v1/tables/t/rollouts/..%2F..%2Fother%2Frollouts%2Fsecret", nil), http.StatusNotFound, codeNotFound)
+	want(t, e.do("GET", "/v1/tables/t/rollouts/%2e%2e/payload", nil), http.StatusNotFound, codeNotFound)
+	want(t, e.do("GET", "/v1/tables/%2e%2e/rollouts/secret", nil), http.StatusBadRequest, codeInvalidArgument)
+}
+
+func TestUnknownRoutesAndMethods(t *testing.T) {
+	e := newEnv(t)
+	want(t, e.do("GET", "/nope", nil), http.StatusNotFound, codeRouteNotFound)
+	want(t, e.do("GET", "/v1/tables/t/rollouts/a/b/c", nil), http.StatusNotFound, codeRouteNotFound)
+
+	r := e.do("POST", "/v1/tables/t", nil)
+	want(t, r, http.StatusMethodNotAllowed, codeMethodNotAllowed)
+	if got := r.header.Get("Allow"); got != "GET, PUT, DELETE, HEAD" {
+		t.Errorf("Allow %q", got)
+	}
+	r = e.do("DELETE", "/v1/tables/t/rollouts/x", nil)
+	want(t, r, http.StatusMethodNotAllowed, codeMethodNotAllowed)
+	if got := r.header.Get("Allow"); got != "GET, PUT, HEAD" {
+		t.Errorf("Allow %q", got)
+	}
+}

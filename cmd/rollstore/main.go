@@ -1,0 +1,102 @@
+// Command rollstore stores immutable rollout records with binary payloads
+// on Azure Blob Storage or a local folder, and serves them over HTTP.
+//
+// Usage:
+//
+//	rollstore serve [flags]    run the HTTP service (see rollstore serve --help)
+//
+// Every flag has an environment-variable equivalent (ROLLSTORE_ and the
+// flag's name in upper case with '-' as '_'); a flag given on the command
+// line wins over the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], cmdEnv{
+		stdout:    os.Stdout,
+		stderr:    os.Stderr,
+		lookupEnv: os.LookupEnv,
+	}))
+}
+
+// cmdEnv is what a subcommand may use of its surroundings, so tests can run
+// subcommands in-process with their own environment and output.
+type cmdEnv struct {
+	stdout, stderr io.Writer
+	lookupEnv      func(string) (string, bool)
+	// listening, when set, is told the address serve listens on (tests ask
+	// for port 0 and learn the port here).
+	listening func(net.Addr)
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, env cmdEnv, args []string) error
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"serve": {"run the HTTP service", runServe},
+	}
+}
+
+// errUsage marks errors whose message has already been printed with usage
+// help; run exits 2 for them, as flag parsing conventionally does.
+var errUsage = errors.New("usage error")
+
+// run executes the subcommand in args and returns the exit code.
+func run(ctx context.Context, args []string, env cmdEnv) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		w := env.stdout
+		if len(args) == 0 {
+			w = env.stderr
+		}
+		printUsage(w, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(env.stderr, "rollstore: unknown command %q\n\n", args[0])
+		printUsage(env.stderr, cmds)
+		return 2
+	}
+	err := cmd.run(ctx, env, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(env.stderr, "rollstore %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func printUsage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "Usage: rollstore <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(cmds))
+	for name := range cmds {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", name, cmds[name].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'rollstore <command> --help' for the flags of a command.")
+}

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rollstore/rollstore/cmd/rollstore/internal/server"
+	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/azure"
+	"github.com/rollstore/rollstore/objstore/local"
+	"github.com/rollstore/rollstore/objstore/memory"
+)
+
+// serveConfig is everything `rollstore serve` is configured with. Its
+// defaults make a fresh checkout work with no flags: a local folder under
+// ./data, one writer shard, the merger in-process, listening on localhost.
+type serveConfig struct {
+	listen string
+	store  string // local, azure or memory
+	data   string
+	prefix string
+	azure  azure.Config
+	role   string // all, writer, reader or merger
+	shard  string
+
+	authTokenFile string
+	logLevel      string
+	logFormat     string
+
+	// The limits, grace periods and intervals bind straight into the
+	// configs they belong to.
+	server server.Config
+	engine engine.Config
+}
+
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		listen:    "127.0.0.1:8080",
+		store:     "local",
+		data:      "./data",
+		role:      "all",
+		shard:     "local-0",
+		logLevel:  "info",
+		logFormat: "text",
+		azure:     azure.Config{Auth: azure.AuthDefault},
+		server:    server.DefaultConfig(),
+		engine:    engine.DefaultConfig(),
+	}
+}
+
+func (c *serveConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.listen, "listen", c.listen, "`address` to listen on (use :8080 to listen on every interface)")
+	fs.StringVar(&c.store, "store", c.store, "object store: local (a folder), azure, or memory (lost at exit)")
+	fs.StringVar(&c.data, "data", c.data, "`folder` of the local store")
+	fs.StringVar(&c.prefix, "prefix", c.prefix, "key prefix under which every table lives (a fresh prefix per staging run)")
+
+	fs.StringVar(&c.azure.Container, "azure-container", c.azure.Container, "Azure Blob container")
+	fs.StringVar((*string)(&c.azure.Auth), "azure-auth", string(c.azure.Auth), "Azure auth `mode`: connection-string, shared-key, workload-identity or default (DefaultAzureCredential)")
+	fs.StringVar(&c.azure.ConnectionString, "azure-connection-string", c.azure.ConnectionString, "Azure connection string (auth connection-string; prefer the environment variable)")
+	fs.StringVar(&c.azure.AccountName, "azure-account", c.azure.AccountName, "Azure storage account name")
+	fs.StringVar(&c.azure.AccountKey, "azure-account-key", c.azure.AccountKey, "Azure account key (auth shared-key; prefer the environment variable)")
+	fs.StringVar(&c.azure.Endpoint, "azure-endpoint", c.azure.Endpoint, "Azure blob endpoint `URL` (default https://<account>.blob.core.windows.net)")
+	fs.BoolVar(&c.azure.CreateContainer, "azure-create-container", c.azure.CreateContainer, "create the Azure container if it is missing")
+
+	fs.StringVar(&c.role, "role", c.role, "what this process does: all (write, read, merge), writer (no merger), reader (refuses writes, no merger), merger (refuses writes)")
+	fs.StringVar(&c.shard, "shard", c.shard, "writer shard this process owns, unique per writer ([A-Za-z0-9_][A-Za-z0-9._-]*; e.g. the StatefulSet pod name)")
+
+	fs.Var(byteSize{&c.server.MaxBodyBytes}, "max-body", "largest payload `size` one PUT may send (413 above)")
+	fs.IntVar(&c.server.MaxRecordHeaderBytes, "max-record-header", c.server.MaxRecordHeaderBytes, "largest Rollstore-Record header in `bytes` (431 above)")
+	fs.Var(byteSize{&c.server.MaxBatchBytes}, "max-batch-body", "largest batch body `size`; batches are decoded in memory (413 above)")
+	fs.DurationVar(&c.server.UploadIdleTimeout, "upload-idle-timeout", c.server.UploadIdleTimeout, "answer 408 to an upload that sends nothing for this long; 0 disables")
+	fs.IntVar(&c.server.MaxConcurrentRequests, "max-concurrent-requests", c.server.MaxConcurrentRequests, "API requests served at once; more get 503 with Retry-After")
+	fs.Var(byteSize{&c.engine.MaxPayloadInFlight}, "max-inflight-payload", "payload `size` being read at once; reads beyond it get 503 with Retry-After")
+	fs.IntVar(&c.engine.ReadMaxPendingPerShard, "read-max-pending-per-shard", c.engine.ReadMaxPendingPerShard, "pending generations per shard a read may consult (503 beyond; merges catch up)")
+	fs.IntVar(&c.engine.ReadMaxPendingTotal, "read-max-pending", c.engine.ReadMaxPendingTotal, "pending generations in total a read may consult (503 beyond)")
+	fs.Var(byteSize{&c.engine.CacheBytes}, "cache", "`size` of the caches of immutable indexes and batches")
+
+	fs.DurationVar(&c.engine.GenMaxAge, "generation-max-age", c.engine.GenMaxAge, "seal a WAL generation this long after its first write, making it mergeable")
+	fs.DurationVar(&c.server.MergeInterval, "merge-interval", c.server.MergeInterval, "period of the in-process merger (roles all and merger); 0 disables it")
+	fs.IntVar(&c.server.SweepEvery, "sweep-every", c.server.SweepEvery, "sweep orphaned objects every `n` merger passes")
+	fs.DurationVar(&c.engine.ReclaimGrace, "reclaim-grace", c.engine.ReclaimGrace, "delay between merging generations and deleting them")
+	fs.DurationVar(&c.engine.OrphanGrace, "orphan-grace", c.engine.OrphanGrace, "age at which unreferenced objects are swept; must exceed the longest upload")
+	fs.IntVar(&c.engine.RetainVersions, "retain-versions", c.engine.RetainVersions, "newest base versions kept readable for pinned reads")
+	fs.DurationVar(&c.engine.RetainAge, "retain-age", c.engine.RetainAge, "base versions younger than this are kept readable too")
+
+	fs.StringVar(&c.authTokenFile, "auth-token-file", c.authTokenFile, "`file` of bearer tokens, one per line; when set every request except /healthz and /readyz needs one (including /metrics)")
+	fs.DurationVar(&c.server.DrainTimeout, "drain-timeout", c.server.DrainTimeout, "bound on the graceful drain after SIGTERM or SIGINT")
+	fs.DurationVar(&c.server.DrainDelay, "drain-delay", c.server.DrainDelay, "after SIGTERM, keep the listener open this long answering 503 while load balancers notice readiness failing")
+	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log `format`: text or json")
+}
+
+// validate checks the settings and derives the dependent ones.
+func (c *serveConfig) validate() error {
+	switch c.store {
+	case "local", "memory":
+	case "azure":
+		if c.azure.Container == "" {
+			return errors.New("--store azure needs --azure-container")
+		}
+	default:
+		return fmt.Errorf("--store %q: want local, azure or memory", c.store)
+	}
+	switch c.role {
+	case "all", "writer":
+		if c.shard == "" {
+			return fmt.Errorf("--role %s needs --shard", c.role)
+		}
+		c.engine.Shard = c.shard
+	case "reader", "merger":
+		c.engine.Shard = "" // writes are answered 503 read_only
+	default:
+		return fmt.Errorf("--role %q: want all, writer, reader or merger", c.role)
+	}
+	if c.role == "writer" || c.role == "reader" || c.server.MergeInterval == 0 {
+		c.server.MergeInterval = -1
+	}
+	if c.server.UploadIdleTimeout == 0 {
+		c.server.UploadIdleTimeout = -1
+	}
+	if c.server.MaxBodyBytes <= 0 || c.server.MaxBatchBytes <= 0 || c.server.MaxRecordHeaderBytes <= 0 {
+		return errors.New("--max-body, --max-batch-body and --max-record-header must be positive")
+	}
+	// One payload limit: the engine refuses what the server would.
+	c.engine.MaxPayload = c.server.MaxBodyBytes
+	return nil
+}
+
+func (c *serveConfig) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+}
+
+func runServe(ctx context.Context, env cmdEnv, args []string) error {
+	cfg, err := parseServe(env, args)
+	if cfg == nil || err != nil {
+		return err // nil, nil: help was asked for and printed
+	}
+	log, err := cfg.logger(env.stderr)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "rollstore serve: %v\n", err)
+		return errUsage
+	}
+	if cfg.authTokenFile != "" {
+		if cfg.server.AuthTokens, err = readTokens(cfg.authTokenFile); err != nil {
+			return err
+		}
+	}
+
+	store, raw, closeStore, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	cfg.engine.Logger = log
+	db, err := engine.Open(store, cfg.engine)
+	if err != nil {
+		return fmt.Errorf("opening the engine: %w", err)
+	}
+	cfg.server.Store = raw // the backend itself: readiness uses its Check if it has one
+	cfg.server.Logger = log
+	srv, err := server.New(db, cfg.server)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	if env.listening != nil {
+		env.listening(ln.Addr())
+	}
+	log.Info("rollstore starting", "listen", ln.Addr().String(), "store", cfg.store, "data", cfg.data,
+		"prefix", cfg.prefix, "role", cfg.role, "shard", cfg.engine.Shard, "auth", len(cfg.server.AuthTokens) > 0)
+
+	// The first SIGTERM or SIGINT drains; once draining, signals are
+	// back to their default, so a second one ends the process at once.
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-sigCtx.Done()
+		stop()
+	}()
+	return srv.Serve(sigCtx, ln)
+}
+
+// parseServe builds the configuration from defaults, the environment and
+// args, in increasing precedence. It prints its own errors and returns
+// errUsage for them; a nil config with a nil error means help was printed.
+func parseServe(env cmdEnv, args []string) (*serveConfig, error) {
+	cfg := defaultServeConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.Usage = func() {}
+	cfg.flags(fs)
+	withEnvNames(fs)
+	if err := applyEnv(fs, env.lookupEnv); err != nil {
+		fmt.Fprintf(env.stderr, "rollstore serve: %v\n", err)
+		return nil, errUsage
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			serveUsage(env.stdout, fs)
+			return nil, nil
+		}
+		fmt.Fprintln(env.stderr, "Run 'rollstore serve --help' for the flags.")
+		return nil, errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.stderr, "rollstore serve: unexpected arguments %q\n", fs.Args())
+		return nil, errUsage
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(env.stderr, "rollstore serve: %v\n", err)
+		return nil, errUsage
+	}
+	return &cfg, nil
+}
+
+func serveUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "Usage: rollstore serve [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Serves the rollstore HTTP API. With no flags: a local folder ./data, shard local-0,")
+	fmt.Fprintln(w, "the merger in-process, on 127.0.0.1:8080.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Every flag may also be set by the environment variable shown in brackets;")
+	fmt.Fprintln(w, "the command line wins. Sizes take KiB, MiB, GiB or TiB suffixes.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Flags:")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// openStore opens the configured object store and returns it under the
+// prefix if any, and also bare (for probes the prefix would hide).
+func openStore(ctx context.Context, cfg *serveConfig) (store, raw objstore.Bucket, closeFn func(), err error) {
+	var b objstore.Bucket
+	closeFn = func() {}
+	switch cfg.store {
+	case "memory":
+		b = memory.New()
+	case "local":
+		lb, err := local.Open(cfg.data)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		b, closeFn = lb, func() { lb.Close() }
+	case "azure":
+		ab, err := azure.New(ctx, cfg.azure)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		// Fail fast on configuration errors (wrong credentials, no such
+		// container); anything transient is left to readiness.
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = ab.Check(cctx)
+		cancel()
+		if errors.Is(err, objstore.ErrAuth) || errors.Is(err, objstore.ErrContainerNotFound) {
+			ab.Close()
+			return nil, nil, nil, fmt.Errorf("azure container %s: %w", cfg.azure.Container, err)
+		}
+		b, closeFn = ab, func() { ab.Close() }
+	}
+	pb, err := objstore.Prefixed(b, cfg.prefix)
+	if err != nil {
+		closeFn()
+		return nil, nil, nil, fmt.Errorf("--prefix %q: %w", cfg.prefix, err)
+	}
+	return pb, b, closeFn, nil
+}
+
+// readTokens reads bearer tokens, one per line; blank lines and lines
+// starting with '#' are skipped, so a file can hold a current and a next
+// token during rotation.
+func readTokens(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--auth-token-file: %w", err)
+	}
+	defer f.Close()
+	var tokens []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		t := strings.TrimSpace(sc.Text())
+		if t != "" && !strings.HasPrefix(t, "#") {
+			tokens = append(tokens, t)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--auth-token-file: %w", err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("--auth-token-file %s: no token in it", path)
+	}
+	return tokens, nil
+}

@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/faulty"
+	"github.com/rollstore/rollstore/objstore/memory"
+)
+
+// fakeClock drives lease expiry and object ages deterministically.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func leaseConfig(shard string, clk *fakeClock) Config {
+	cfg := testConfig(shard)
+	cfg.LeaseDuration = 15 * time.Second
+	cfg.Now = clk.Now
+	return cfg
+}
+
+func appendID(tb *Table, id string) error {
+	_, err := tb.Append(context.Background(), Record{ID: id, RolloutID: "r"}, bytes.NewReader(payloadFor(id, 100)), 100)
+	return err
+}
+
+func TestShardLeaseExclusive(t *testing.T) {
+	clk := newFakeClock()
+	store := memory.New(memory.WithClock(clk.Now))
+	a := newEnv(t, store, leaseConfig("s0", clk))
+	b := newEnv(t, store, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendID(b.tb, "b1"); !errors.Is(err, ErrShardOwned) {
+		t.Fatalf("second owner of a live shard: %v", err)
+	}
+	if err := a.db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendID(b.tb, "b1"); err != nil {
+		t.Fatalf("after the owner released the shard: %v", err)
+	}
+	b.mustRead("a1", 100)
+}
+
+// A writer paused past its lease (renewals stalled, as in a partition or a
+// long GC pause) stops acknowledging before anyone else can own the shard;
+// the new owner seals its generation and carries on.
+func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
+	clk := newFakeClock()
+	store := memory.New(memory.WithClock(clk.Now))
+	a := newEnv(t, store, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	a.hooks.Fail("lease:renew", errors.New("partitioned"), faulty.Always())
+	clk.Advance(12 * time.Second) // past validity (15s - 15s/4), before the lease expires
+	if err := appendID(a.tb, "a2"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("append after the lease lapsed: %v", err)
+	}
+	b := newEnv(t, store, leaseConfig("s0", clk))
+	if err := appendID(b.tb, "b1"); !errors.Is(err, ErrShardOwned) {
+		t.Fatalf("took the shard before the lease expired: %v", err)
+	}
+	clk.Advance(4 * time.Second) // the service-side lease has expired
+	if err := appendID(b.tb, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendID(a.tb, "a3"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("fenced writer accepted a write: %v", err)
+	}
+	b.merge()
+	checkAll(t, b.tb, map[string]int{"a1": 100, "b1": 100})
+}
+
+// A segment put that was in flight when the writer lost its shard lands
+// after the new owner sealed the generation: it is not acknowledged, and
+// its rows never become visible.
+func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
+	clk := newFakeClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := newEnv(t, fb, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	gate := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/wal/"))
+	late := make(chan error, 1)
+	go func() { late <- appendID(a.tb, "a2") }()
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(16 * time.Second)
+	b := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(b.tb, "b1"); err != nil { // takes over, seals a's generation
+		t.Fatal(err)
+	}
+	gate.Release()
+	if err := <-late; !errors.Is(err, ErrFenced) {
+		t.Fatalf("late write acknowledged: %v", err)
+	}
+	if _, err := b.tb.Get(context.Background(), "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("late write visible: %v", err)
+	}
+	b.merge()
+	checkAll(t, b.tb, map[string]int{"a1": 100, "b1": 100})
+	res, err := b.tb.Sweep(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Segments != 0 && res.Segments != 1 {
+		t.Fatalf("sweep: %+v", res)
+	}
+	var strays []string
+	_ = mem.List(context.Background(), "t/wal/", objstore.ListOptions{}, func(e objstore.Entry) error {
+		strays = append(strays, e.Key)
+		return nil
+	})
+	if len(strays) != 0 {
+		t.Fatalf("WAL objects left: %v", strays)
+	}
+}
+
+func TestMergerLeaseSingleton(t *testing.T) {
+	clk := newFakeClock()
+	store := memory.New(memory.WithClock(clk.Now))
+	w := newEnv(t, store, leaseConfig("s0", clk))
+	w.put("x", 10)
+	if err := w.tb.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m1 := newEnv(t, store, leaseConfig("", clk))
+	m2 := newEnv(t, store, leaseConfig("", clk))
+	gate := m1.hooks.Pause("merge:after-data")
+	done := make(chan error, 1)
+	go func() {
+		_, err := m1.tb.Merge(context.Background(), MergeOptions{})
+		done <- err
+	}()
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); !errors.Is(err, ErrMergerBusy) {
+		t.Fatalf("second merger: %v", err)
+	}
+	gate.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); err != nil {
+		t.Fatalf("merger after release: %v", err)
+	}
+	checkAll(t, m2.tb, map[string]int{"x": 10})
+}
+
+// A shard whose pod is gone keeps its generations mergeable: the merger
+// takes the free shard lease and seals the open generation.
+func TestMergerSealsAbandonedShard(t *testing.T) {
+	clk := newFakeClock()
+	store := memory.New(memory.WithClock(clk.Now))
+	w := newEnv(t, store, leaseConfig("gone", clk))
+	for _, id := range []string{"a", "b"} {
+		if err := appendID(w.tb, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.hooks.Fail("lease:renew", errors.New("dead"), faulty.Always())
+	m := newEnv(t, store, leaseConfig("", clk))
+	if res, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil || res.Version != 0 {
+		t.Fatalf("merged a live writer's open generation: %+v %v", res, err)
+	}
+	clk.Advance(2 * time.Hour) // lease expired, generation older than GenMaxAge
+	res, err := m.tb.Merge(context.Background(), MergeOptions{})
+	if err != nil || res.Rows != 2 {
+		t.Fatalf("abandoned shard not merged: %+v %v", res, err)
+	}
+	checkAll(t, m.tb, map[string]int{"a": 100, "b": 100})
+}
