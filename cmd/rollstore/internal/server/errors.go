@@ -37,6 +37,8 @@ const (
 	codeDraining         = "draining"
 	codeNotReady         = "not_ready"
 	codeReadOnly         = "read_only"
+	codeShardOwned       = "shard_owned"
+	codeMergerBusy       = "merger_busy"
 	codeFenced           = "fenced"
 	codeUnavailable      = "unavailable"
 	codeMissingFile      = "missing_file"
@@ -145,6 +147,10 @@ func classify(err error) outcome {
 		return outcome{http.StatusServiceUnavailable, codeReadOnly, true}
 	case errors.Is(err, engine.ErrFenced):
 		return outcome{http.StatusServiceUnavailable, codeFenced, true}
+	case errors.Is(err, engine.ErrShardOwned):
+		return outcome{http.StatusServiceUnavailable, codeShardOwned, true}
+	case errors.Is(err, engine.ErrMergerBusy):
+		return outcome{http.StatusServiceUnavailable, codeMergerBusy, true}
 	case errors.Is(err, engine.ErrClosed):
 		return outcome{http.StatusServiceUnavailable, codeUnavailable, true}
 	case errors.Is(err, engine.ErrMissingFile), errors.Is(err, objstore.ErrNotFound):

@@ -37,6 +37,8 @@ func TestClassify(t *testing.T) {
 		{objstore.ErrThrottled, 503, codeThrottled, true},
 		{engine.ErrNoWriter, 503, codeReadOnly, true},
 		{engine.ErrFenced, 503, codeFenced, true},
+		{engine.ErrShardOwned, 503, codeShardOwned, true},
+		{engine.ErrMergerBusy, 503, codeMergerBusy, true},
 		{engine.ErrClosed, 503, codeUnavailable, true},
 		// A missing file is a 500 that says so, never a 404, even though
 		// it wraps the store's not-found.

@@ -56,7 +56,11 @@ func (s *Server) mergePass(ctx context.Context, sweep bool) {
 			log.Error("merger: opening table", "err", err)
 			continue
 		}
-		if res, err := s.mergeTable(ctx, tb, "loop"); err != nil {
+		if res, err := s.mergeTable(ctx, tb, "loop"); errors.Is(err, engine.ErrMergerBusy) {
+			// Another merger holds the table's lease: this one waits its turn.
+			log.Debug("merger: another merger is running")
+			continue
+		} else if err != nil {
 			if ctx.Err() == nil {
 				log.Error("merger: merge", "err", err)
 			}
