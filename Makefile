@@ -30,8 +30,13 @@ test: lint
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 
+# Benchmarks: cmd/rollbench against a fresh Azurite, rollstore vs the raw
+# Azure SDK in the same run; prints a markdown report and rewrites
+# BENCHMARKS.md (≲ 10 min). `make bench BENCH_FLAGS=-quick` is a < 60 s smoke
+# run that only prints.
+BENCH_FLAGS ?=
 bench:
-	$(AZURITE) run -- $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
+	$(AZURITE) run -- $(GO) run ./cmd/rollbench $(BENCH_FLAGS)
 
 azurite-install:
 	$(AZURITE) install

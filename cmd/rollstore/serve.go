@@ -51,7 +51,7 @@ func defaultServeConfig() serveConfig {
 		store:     "local",
 		data:      "./data",
 		role:      "all",
-		shard:     "local-0",
+		shard:     "",
 		logLevel:  "info",
 		logFormat: "text",
 		azure:     azure.Config{Auth: azure.AuthDefault},
@@ -75,7 +75,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.azure.CreateContainer, "azure-create-container", c.azure.CreateContainer, "create the Azure container if it is missing")
 
 	fs.StringVar(&c.role, "role", c.role, "what this process does: all (write, read, merge), writer (no merger), reader (refuses writes, no merger), merger (refuses writes)")
-	fs.StringVar(&c.shard, "shard", c.shard, "writer shard this process owns, unique per writer ([A-Za-z0-9_][A-Za-z0-9._-]*; e.g. the StatefulSet pod name)")
+	fs.StringVar(&c.shard, "shard", c.shard, "writer shard this process owns, unique per writer ([A-Za-z0-9_][A-Za-z0-9._-]*); default: local-0 for role all, the pod name ($HOSTNAME, e.g. rollstore-writer-2) for role writer")
+	fs.DurationVar(&c.engine.LeaseDuration, "lease-duration", c.engine.LeaseDuration, "shard and merger lease period on stores with leases (15s..60s); a writer stops acknowledging before its lease can pass to another")
 
 	fs.Var(byteSize{&c.server.MaxBodyBytes}, "max-body", "largest payload `size` one PUT may send (413 above)")
 	fs.IntVar(&c.server.MaxRecordHeaderBytes, "max-record-header", c.server.MaxRecordHeaderBytes, "largest Rollstore-Record header in `bytes` (431 above)")
@@ -115,8 +116,15 @@ func (c *serveConfig) validate() error {
 	}
 	switch c.role {
 	case "all", "writer":
+		if c.shard == "" && c.role == "all" {
+			c.shard = "local-0"
+		}
 		if c.shard == "" {
-			return fmt.Errorf("--role %s needs --shard", c.role)
+			// A StatefulSet pod's hostname is its stable name, ordinal included.
+			c.shard = os.Getenv("HOSTNAME")
+		}
+		if c.shard == "" {
+			return fmt.Errorf("--role %s needs --shard (or HOSTNAME)", c.role)
 		}
 		c.engine.Shard = c.shard
 	case "reader", "merger":

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// A tally counts requests at two levels: the objstore calls the engine makes
+// (by operation and by what the key is: manifest, seal record, WAL segment,
+// ...), and the HTTP requests that reach Azurite (by REST operation), with
+// the response body bytes read. The second level shows what the first
+// hides: a 64 MiB Put is 16 Put Block requests and a Put Block List.
+//
+// Every request is counted in the global tally of its side and, when its
+// context carries one (withTally), in that tally too, so a read kind's
+// requests are attributed to it even while writes and merges run in the same
+// store. The engine keeps context values through its detached refreshes and
+// cache loads (context.WithoutCancel), so a refresh shared by two readers is
+// counted once, under the reader that started it.
+type tally struct {
+	mu    sync.Mutex
+	ops   map[string]int64
+	http  map[string]int64
+	bytes atomic.Int64
+}
+
+func newTally() *tally { return &tally{ops: map[string]int64{}, http: map[string]int64{}} }
+
+func (t *tally) addOp(k string) {
+	t.mu.Lock()
+	t.ops[k]++
+	t.mu.Unlock()
+}
+
+func (t *tally) addHTTP(k string) {
+	t.mu.Lock()
+	t.http[k]++
+	t.mu.Unlock()
+}
+
+// snap is a copy of a tally at one moment; differences of snaps measure a
+// phase.
+type snap struct {
+	ops, http map[string]int64
+	bytes     int64
+}
+
+func (t *tally) snap() snap {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return snap{ops: maps.Clone(t.ops), http: maps.Clone(t.http), bytes: t.bytes.Load()}
+}
+
+func (s snap) sub(o snap) snap {
+	d := snap{ops: map[string]int64{}, http: map[string]int64{}, bytes: s.bytes - o.bytes}
+	for k, v := range s.ops {
+		if n := v - o.ops[k]; n != 0 {
+			d.ops[k] = n
+		}
+	}
+	for k, v := range s.http {
+		if n := v - o.http[k]; n != 0 {
+			d.http[k] = n
+		}
+	}
+	return d
+}
+
+func total(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// perUnit renders counts divided by n, largest first: "1.00 GetRange
+// payload, 1.00 Head manifest".
+func perUnit(m map[string]int64, n int) string {
+	if n <= 0 || len(m) == 0 {
+		return "—"
+	}
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return int(m[b] - m[a])
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := float64(m[k]) / float64(n)
+		f := trimFloat(v)
+		if v < 0.005 {
+			f = "<0.01"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", f, k))
+	}
+	return strings.Join(parts, " + ")
+}
+
+func trimFloat(f float64) string {
+	s := fmt.Sprintf("%.2f", f)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s
+}
+
+type tallyKey struct{}
+
+func withTally(ctx context.Context, t *tally) context.Context {
+	return context.WithValue(ctx, tallyKey{}, t)
+}
+
+func tallyOf(ctx context.Context) *tally {
+	t, _ := ctx.Value(tallyKey{}).(*tally)
+	return t
+}
+
+// countingBucket counts every objstore call into all and into the tally of
+// the call's context.
+type countingBucket struct {
+	b   objstore.Bucket
+	all *tally
+}
+
+var _ objstore.Bucket = (*countingBucket)(nil)
+
+func (c *countingBucket) note(ctx context.Context, op, class string) {
+	k := op + " " + class
+	c.all.addOp(k)
+	if t := tallyOf(ctx); t != nil {
+		t.addOp(k)
+	}
+}
+
+func (c *countingBucket) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Attrs, error) {
+	c.note(ctx, "Get", keyClass(key))
+	return c.b.Get(ctx, key)
+}
+
+func (c *countingBucket) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	c.note(ctx, "GetRange", keyClass(key))
+	return c.b.GetRange(ctx, key, off, n)
+}
+
+func (c *countingBucket) Head(ctx context.Context, key string) (objstore.Attrs, error) {
+	c.note(ctx, "Head", keyClass(key))
+	return c.b.Head(ctx, key)
+}
+
+func (c *countingBucket) Put(ctx context.Context, key string, r io.Reader, opts objstore.PutOptions) (objstore.Attrs, error) {
+	op := "Put"
+	if opts.IfNotExists {
+		op = "PutIfAbsent"
+	}
+	c.note(ctx, op, keyClass(key))
+	return c.b.Put(ctx, key, r, opts)
+}
+
+func (c *countingBucket) Delete(ctx context.Context, key string) error {
+	c.note(ctx, "Delete", keyClass(key))
+	return c.b.Delete(ctx, key)
+}
+
+func (c *countingBucket) DeleteMany(ctx context.Context, keys []string) error {
+	if len(keys) > 0 {
+		c.note(ctx, "DeleteMany", keyClass(keys[0]))
+	}
+	return c.b.DeleteMany(ctx, keys)
+}
+
+func (c *countingBucket) List(ctx context.Context, prefix string, opts objstore.ListOptions, fn func(objstore.Entry) error) error {
+	c.note(ctx, "List", prefixClass(prefix))
+	return c.b.List(ctx, prefix, opts, fn)
+}
+
+// keyClass names what a key is in a table's layout, using the engine's own
+// layout package (the one place keys are built).
+func keyClass(key string) string {
+	name, ok := layout.TableFromKey(key)
+	if !ok {
+		return "other"
+	}
+	lay, err := layout.ForTable(name)
+	if err != nil {
+		return "other"
+	}
+	if key == lay.Descriptor() {
+		return "descriptor"
+	}
+	if key == lay.LatestHint() {
+		return "latest-hint"
+	}
+	if _, ok := lay.ParseVersion(key); ok {
+		return "manifest"
+	}
+	if _, isIndex, ok := lay.ParseDataObject(key); ok {
+		if isIndex {
+			return "data-index"
+		}
+		return "data-file"
+	}
+	if k, ok := lay.ParseWAL(key); ok {
+		switch {
+		case k.IsSeal:
+			return "seal"
+		case k.IsOther:
+			return "wal-other"
+		}
+		return "segment"
+	}
+	if lay.IsPayload(key) {
+		return "payload-object"
+	}
+	return "other"
+}
+
+func prefixClass(prefix string) string {
+	name, ok := layout.TableFromKey(prefix)
+	if !ok {
+		return "root"
+	}
+	lay, err := layout.ForTable(name)
+	if err != nil {
+		return "other"
+	}
+	switch {
+	case prefix == lay.WALPrefix():
+		return "wal/"
+	case strings.HasPrefix(prefix, lay.WALPrefix()):
+		return "generation/"
+	case prefix == lay.VersionsPrefix():
+		return "versions/"
+	case prefix == lay.DataPrefix():
+		return "data/"
+	case prefix == lay.PayloadsPrefix():
+		return "payloads/"
+	case prefix == lay.Root():
+		return "table/"
+	}
+	return "other/"
+}
+
+// countingTransport counts HTTP requests and response body bytes, globally
+// and per context tally.
+type countingTransport struct {
+	next http.RoundTripper
+	all  *tally
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	k := restOp(req)
+	c.all.addHTTP(k)
+	t := tallyOf(req.Context())
+	if t != nil {
+		t.addHTTP(k)
+	}
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && resp.Body != nil {
+		resp.Body = &countingBody{rc: resp.Body, all: c.all, t: t}
+	}
+	return resp, err
+}
+
+// restOp names a Blob service REST operation from its method and query.
+func restOp(r *http.Request) string {
+	q := r.URL.Query()
+	comp, restype := q.Get("comp"), q.Get("restype")
+	ranged := r.Header.Get("x-ms-range") != "" || r.Header.Get("Range") != ""
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case comp == "list":
+			return "List Blobs"
+		case restype == "container":
+			return "Get Container Properties"
+		case comp != "":
+			return "GET ?comp=" + comp
+		case ranged:
+			return "Get Blob (range)"
+		}
+		return "Get Blob"
+	case http.MethodHead:
+		if restype == "container" {
+			return "Get Container Properties"
+		}
+		return "Get Blob Properties"
+	case http.MethodPut:
+		switch {
+		case restype == "container":
+			return "Create Container"
+		case comp == "block":
+			return "Put Block"
+		case comp == "blocklist":
+			return "Put Block List"
+		case comp != "":
+			return "PUT ?comp=" + comp
+		}
+		return "Put Blob"
+	case http.MethodDelete:
+		if restype == "container" {
+			return "Delete Container"
+		}
+		return "Delete Blob"
+	case http.MethodPost:
+		if comp == "batch" {
+			return "Blob Batch"
+		}
+	}
+	return r.Method + " ?comp=" + comp
+}
+
+type countingBody struct {
+	rc  io.ReadCloser
+	all *tally
+	t   *tally
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.all.bytes.Add(int64(n))
+		if b.t != nil {
+			b.t.bytes.Add(int64(n))
+		}
+	}
+	return n, err
+}
+
+func (b *countingBody) Close() error { return b.rc.Close() }

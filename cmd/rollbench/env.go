@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	// The raw-SDK baseline. Outside objstore/azure, this command is the one
+	// place in rollstore allowed to import the Azure SDK, because it IS the
+	// thing rollstore is measured against: the same bytes through the plain
+	// SDK, with the same transport and retry settings.
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+
+	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/objstore/azure"
+)
+
+// EnvConnectionString is set by ./test/azurite/azurite.sh run.
+const EnvConnectionString = "ROLLSTORE_AZURITE_CONNECTION_STRING"
+
+// env is everything the phases share: the rollstore side (an objstore over
+// azure.Bucket, counted) and the raw-SDK side, each in its own fresh
+// container of the same Azurite, each with its own connection pool built by
+// the same function.
+type env struct {
+	opts *options
+
+	endpoint string // blob endpoint, for the report (never the key)
+
+	az    *azure.Bucket
+	store *countingBucket // what every engine.Open of the bench gets
+	rs    *tally          // every rollstore request (objstore and HTTP level)
+
+	raw          *azblob.Client
+	rawContainer string
+	rawT         *tally // every raw-SDK request (HTTP level)
+
+	rsContainer string
+}
+
+// newHTTPClient builds the transport objstore/azure builds for itself: its
+// newHTTPClient is unexported, so this is a copy of it (keep the two in
+// step). Both sides get one, each with its own pool, so neither side gets a
+// connection-reuse advantage: azure.Config.HTTPClient hands ours to
+// objstore/azure, azcore.ClientOptions.Transport to the raw client.
+func newHTTPClient(maxConns int, all *tally) *http.Client {
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		MaxConnsPerHost:       maxConns,
+		MaxIdleConnsPerHost:   maxConns,
+		MaxIdleConns:          maxConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ForceAttemptHTTP2:     false,
+		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+	}
+	return &http.Client{Transport: &countingTransport{next: tr, all: all}}
+}
+
+func setup(ctx context.Context, o *options) (*env, error) {
+	cs := os.Getenv(EnvConnectionString)
+	if cs == "" {
+		return nil, fmt.Errorf("%s is not set: run under the Azurite harness, e.g. ./test/azurite/azurite.sh run -- go run ./cmd/rollbench", EnvConnectionString)
+	}
+	e := &env{opts: o, endpoint: blobEndpoint(cs), rs: newTally(), rawT: newTally()}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	suffix := hex.EncodeToString(rnd[:])
+	e.rsContainer = "rollbench-" + suffix
+	e.rawContainer = "rollbench-raw-" + suffix
+
+	az, err := azure.New(ctx, azure.Config{
+		Auth:             azure.AuthConnectionString,
+		ConnectionString: cs,
+		Container:        e.rsContainer,
+		CreateContainer:  true,
+		HTTPClient:       newHTTPClient(azure.DefaultMaxConnsPerHost, e.rs),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rollstore side: %w", err)
+	}
+	e.az = az
+	e.store = &countingBucket{b: az, all: e.rs}
+
+	// The raw client gets objstore/azure's default retry settings too.
+	e.raw, err = azblob.NewClientFromConnectionString(cs, &azblob.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Transport: newHTTPClient(azure.DefaultMaxConnsPerHost, e.rawT),
+		Retry: policy.RetryOptions{
+			MaxRetries:    azure.DefaultMaxRetries,
+			RetryDelay:    azure.DefaultRetryDelay,
+			MaxRetryDelay: azure.DefaultMaxRetryDelay,
+		},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("raw SDK client: %w", err)
+	}
+	if _, err := e.raw.CreateContainer(ctx, e.rawContainer, nil); err != nil {
+		return nil, fmt.Errorf("raw SDK: creating container %s: %w", e.rawContainer, err)
+	}
+	return e, nil
+}
+
+// cleanup deletes both containers (Azurite itself goes away with the
+// harness, but a long-lived Azurite should not keep gigabytes of bench data).
+func (e *env) cleanup(ctx context.Context) error {
+	var errs []error
+	for _, c := range []string{e.rsContainer, e.rawContainer} {
+		if _, err := e.raw.DeleteContainer(ctx, c, nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	_ = e.az.Close()
+	return errors.Join(errs...)
+}
+
+// writerConfig is the writer-and-merger process: the service's defaults
+// (engine.DefaultConfig, as `rollstore serve` uses; a zero engine.Config
+// would disable the caches) with zero reclaim grace, so merged generations
+// are deleted while reads are in flight.
+func writerConfig() engine.Config {
+	c := engine.DefaultConfig()
+	c.Shard = "bench-0"
+	c.ReclaimGrace = 0
+	return c
+}
+
+// readerConfig is a reader process: defaults, no writer shard.
+func readerConfig() engine.Config {
+	return engine.DefaultConfig()
+}
+
+func blobEndpoint(cs string) string {
+	for part := range strings.SplitSeq(cs, ";") {
+		if v, ok := strings.CutPrefix(part, "BlobEndpoint="); ok {
+			return v
+		}
+	}
+	return "(connection string without BlobEndpoint)"
+}

@@ -1,0 +1,549 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rollstore/rollstore/engine"
+)
+
+// Read kinds. Every read is of a whole 53,248-byte payload (OpenPayload,
+// then read to EOF), one at a time.
+const (
+	kWarm    = "warm"
+	kCold    = "cold"
+	kWAL     = "wal"
+	kColdWAL = "coldwal"
+	kRecent  = "recent"
+	kAbsent  = "absent"
+	kRaw     = "raw"
+)
+
+var kindNames = map[string]string{
+	kWarm:    "warm base hit",
+	kCold:    "cold base hit",
+	kWAL:     "WAL hit",
+	kColdWAL: "WAL hit, cold process",
+	kRecent:  "recent row (WAL↔base race)",
+	kAbsent:  "absent id",
+	kRaw:     "raw SDK GET (baseline)",
+}
+
+var kindNotes = map[string]string{
+	kWarm:    "merged into the base; read before by the same reader process (batch metadata cached)",
+	kCold:    "merged into the base; a fresh engine.Open per sample, after one tb.Refresh (snapshot resident, batches uncached)",
+	kWAL:     "appended and sealed, not merged; read before by the same reader process",
+	kColdWAL: "appended and sealed, not merged; a fresh engine.Open per sample, after one tb.Refresh",
+	kRecent:  "a row of the generation the churn loop sealed last: its merge and zero-grace reclaim race the read",
+	kAbsent:  "an id never written",
+	kRaw:     "azblob DownloadStream of a 53,248-byte blob, read to EOF",
+}
+
+// counters is an ordered set of engine counters.
+type counters []struct {
+	name string
+	v    int64
+}
+
+func readCounters(s *engine.Stats) counters {
+	return counters{
+		{"base hits", s.ReadBaseHits.Load()},
+		{"WAL hits", s.ReadWALHits.Load()},
+		{"late base hits", s.ReadLateBaseHits.Load()},
+		{"absent", s.ReadAbsent.Load()},
+		{"retries", s.ReadRetries.Load()},
+		{"missing-file errors", s.ReadMissingFile.Load()},
+		{"overloaded", s.ReadOverloaded.Load()},
+		{"refreshes", s.Refreshes.Load()},
+	}
+}
+
+func writerCounters(s *engine.Stats) counters {
+	return counters{
+		{"appends", s.Appends.Load()},
+		{"segments", s.Segments.Load()},
+		{"seals", s.Seals.Load()},
+		{"merges", s.Merges.Load()},
+		{"merge conflicts", s.MergeConflicts.Load()},
+		{"merged rows", s.MergedRows.Load()},
+		{"generations reclaimed", s.GensReclaimed.Load()},
+		{"versions collected", s.VersionsCollected.Load()},
+		{"files collected", s.FilesCollected.Load()},
+	}
+}
+
+func (c counters) sub(o counters) counters {
+	out := append(counters(nil), c...)
+	for i := range out {
+		out[i].v -= o[i].v
+	}
+	return out
+}
+
+func (c counters) add(o counters) counters {
+	if c == nil {
+		return append(counters(nil), o...)
+	}
+	for i := range c {
+		c[i].v += o[i].v
+	}
+	return c
+}
+
+func (c counters) get(name string) int64 {
+	for _, x := range c {
+		if x.name == name {
+			return x.v
+		}
+	}
+	return 0
+}
+
+// readPhase is the result of one read phase (quiet, or under load).
+type readPhase struct {
+	name    string
+	kinds   []string
+	series  map[string]*series
+	tallies map[string]*tally
+	stats   map[string]counters // engine read counters per kind
+	errs    []string
+	nErrs   int
+	load    *loadInfo
+	dur     time.Duration
+}
+
+func newReadPhase(name string, kinds []string) *readPhase {
+	p := &readPhase{name: name, kinds: kinds, series: map[string]*series{}, tallies: map[string]*tally{}, stats: map[string]counters{}}
+	for _, k := range kinds {
+		p.series[k] = &series{}
+		p.tallies[k] = newTally()
+	}
+	return p
+}
+
+func (p *readPhase) fail(kind, id string, err error) {
+	p.nErrs++
+	if len(p.errs) < 20 {
+		p.errs = append(p.errs, fmt.Sprintf("%s %s: %v", kindNames[kind], id, err))
+	}
+	logf("READ ERROR (%s) %s %s: %s", p.name, kindNames[kind], id, firstLine(err.Error()))
+}
+
+// reads holds the read-side fixture: the table, its rows, the reader process.
+type reads struct {
+	e     *env
+	size  int
+	table string
+	wdb   *engine.DB
+	wt    *engine.Table
+	rdb   *engine.DB // the reader process: warm, WAL and absent reads
+	rt    *engine.Table
+	base  []string // merged into the base
+	wal   []string // sealed, not merged (until the load phase merges them)
+	raw   []string // raw-SDK blobs, same size
+	buf   []byte
+	rng   *rand.Rand
+	// recent holds the ids of the generation the churn loop sealed last.
+	recent atomic.Pointer[[]string]
+}
+
+func appendRows(ctx context.Context, tb *engine.Table, ids []string, size, conc int) error {
+	_, err := runPool(ctx, len(ids), conc, func(ctx context.Context, i int) error {
+		id := ids[i]
+		_, err := tb.Append(ctx, record(id, i), bytes.NewReader(payload(id, size)), int64(size))
+		if err != nil {
+			return fmt.Errorf("append %s: %w", id, err)
+		}
+		return nil
+	})
+	return err
+}
+
+func idList(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%05d", prefix, i)
+	}
+	return ids
+}
+
+// setupReads writes the fixture: baseRows rows merged into a base version,
+// walRows rows appended and sealed but not merged, and as many raw blobs of
+// the same size as base rows; then opens the reader process.
+func setupReads(ctx context.Context, e *env, wdb *engine.DB) (*reads, error) {
+	o := e.opts
+	r := &reads{e: e, size: o.readSize, table: "reads", wdb: wdb, buf: make([]byte, o.readSize+1),
+		rng: rand.New(rand.NewPCG(o.seed, 0x5eed))}
+	if err := wdb.CreateTable(ctx, r.table); err != nil {
+		return nil, err
+	}
+	var err error
+	if r.wt, err = wdb.Table(ctx, r.table); err != nil {
+		return nil, err
+	}
+	r.base, r.wal, r.raw = idList("base", o.baseRows), idList("wal", o.walRows), idList("raw", o.baseRows)
+	if err := appendRows(ctx, r.wt, r.base, r.size, 16); err != nil {
+		return nil, err
+	}
+	if err := r.wt.Flush(ctx); err != nil {
+		return nil, err
+	}
+	mr, err := r.wt.Merge(ctx, engine.MergeOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("merge: %w", err)
+	}
+	if mr.Rows != int64(len(r.base)) {
+		return nil, fmt.Errorf("merge folded %d rows into version %d, want %d", mr.Rows, mr.Version, len(r.base))
+	}
+	if err := appendRows(ctx, r.wt, r.wal, r.size, 16); err != nil {
+		return nil, err
+	}
+	if err := r.wt.Flush(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := runPool(ctx, len(r.raw), 16, func(ctx context.Context, i int) error {
+		_, err := e.raw.UploadBuffer(ctx, e.rawContainer, r.table+"/"+r.raw[i], payload(r.raw[i], r.size), nil)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("raw upload: %w", err)
+	}
+	r.recent.Store(&r.wal)
+
+	if r.rdb, err = engine.Open(e.store, readerConfig()); err != nil {
+		return nil, err
+	}
+	if r.rt, err = r.rdb.Table(ctx, r.table); err != nil {
+		return nil, err
+	}
+	if err := r.rt.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	// Read every row once, untimed: warm and WAL samples are second reads
+	// by the same process. Raw blobs too, so Azurite serves both sides
+	// from the same warmth.
+	for _, id := range append(append([]string(nil), r.base...), r.wal...) {
+		if _, _, err := r.engineRead(ctx, r.rt, id); err != nil {
+			return nil, fmt.Errorf("warm-up read: %w", err)
+		}
+	}
+	for _, id := range r.raw {
+		if _, _, err := r.rawRead(ctx, id); err != nil {
+			return nil, fmt.Errorf("raw warm-up read: %w", err)
+		}
+	}
+	logf("reads: fixture ready: %d base rows (version %d), %d sealed WAL rows, %d raw blobs of %d bytes",
+		len(r.base), mr.Version, len(r.wal), len(r.raw), r.size)
+	return r, nil
+}
+
+// engineRead reads id's whole payload: time to the payload's response
+// headers (OpenPayload returned) and to its last byte, then checks the bytes.
+func (r *reads) engineRead(ctx context.Context, tb *engine.Table, id string) (first, total time.Duration, err error) {
+	start := time.Now()
+	p, err := tb.OpenPayload(ctx, id, 0, -1, engine.ReadOptions{})
+	if err != nil {
+		return 0, time.Since(start), err
+	}
+	first = time.Since(start)
+	n, err := io.ReadFull(p, r.buf)
+	total = time.Since(start)
+	p.Close()
+	return first, total, r.check(id, n, err)
+}
+
+func (r *reads) rawRead(ctx context.Context, id string) (first, total time.Duration, err error) {
+	start := time.Now()
+	resp, err := r.e.raw.DownloadStream(ctx, r.e.rawContainer, r.table+"/"+id, nil)
+	if err != nil {
+		return 0, time.Since(start), err
+	}
+	first = time.Since(start)
+	n, err := io.ReadFull(resp.Body, r.buf)
+	total = time.Since(start)
+	resp.Body.Close()
+	return first, total, r.check(id, n, err)
+}
+
+// check: exactly size bytes then EOF (ReadFull into size+1 bytes reports
+// ErrUnexpectedEOF), equal to what was written.
+func (r *reads) check(id string, n int, err error) error {
+	if err != io.ErrUnexpectedEOF || n != r.size {
+		return fmt.Errorf("read %d bytes (%v), want exactly %d", n, err, r.size)
+	}
+	if !bytes.Equal(r.buf[:n], payload(id, r.size)) {
+		return fmt.Errorf("payload bytes differ from what was written")
+	}
+	return nil
+}
+
+// absentRead looks up an id that was never written.
+func (r *reads) absentRead(ctx context.Context, tb *engine.Table, id string) (time.Duration, error) {
+	start := time.Now()
+	p, err := tb.OpenPayload(ctx, id, 0, -1, engine.ReadOptions{})
+	d := time.Since(start)
+	if err == nil {
+		p.Close()
+		return d, fmt.Errorf("found a payload for an id never written")
+	}
+	if !errors.Is(err, engine.ErrNotFound) {
+		return d, err
+	}
+	return d, nil
+}
+
+func (r *reads) pick(ids []string) string { return ids[r.rng.IntN(len(ids))] }
+
+// sample takes one measurement of kind k into p.
+func (r *reads) sample(plain context.Context, p *readPhase, k string) {
+	ctx := withTally(plain, p.tallies[k])
+	s := p.series[k]
+	var (
+		id           string
+		first, total time.Duration
+		err          error
+		db           = r.rdb
+		tb           = r.rt
+	)
+	switch k {
+	case kCold, kColdWAL:
+		// A fresh process: its own caches, one refresh (untimed,
+		// uncounted) so the snapshot is resident.
+		if db, err = engine.Open(r.e.store, readerConfig()); err == nil {
+			if tb, err = db.Table(plain, r.table); err == nil {
+				err = tb.Refresh(plain)
+			}
+		}
+		if err != nil {
+			p.fail(k, "", fmt.Errorf("opening a cold reader (engine.Open, Table, then tb.Refresh): %w", err))
+			return
+		}
+		defer db.Close(plain)
+	}
+	before := readCounters(db.Stats())
+	switch k {
+	case kWarm, kCold:
+		id = r.pick(r.base)
+		first, total, err = r.engineRead(ctx, tb, id)
+	case kWAL, kColdWAL:
+		id = r.pick(r.wal)
+		first, total, err = r.engineRead(ctx, tb, id)
+	case kRecent:
+		id = r.pick(*r.recent.Load())
+		first, total, err = r.engineRead(ctx, tb, id)
+	case kAbsent:
+		id = fmt.Sprintf("absent-%016x", r.rng.Uint64())
+		total, err = r.absentRead(ctx, tb, id)
+	case kRaw:
+		id = r.pick(r.raw)
+		first, total, err = r.rawRead(ctx, id)
+	}
+	if k != kRaw {
+		p.stats[k] = p.stats[k].add(readCounters(db.Stats()).sub(before))
+	}
+	if err != nil {
+		p.fail(k, id, err)
+		return
+	}
+	s.add(first, total)
+}
+
+func quietReads(ctx context.Context, r *reads, samples int) *readPhase {
+	p := newReadPhase("quiet", []string{kWarm, kCold, kWAL, kColdWAL, kAbsent, kRaw})
+	start := time.Now()
+	for i := range samples {
+		// Interleave the kinds, rotating the order, so drift in the
+		// machine's load falls on every kind alike.
+		for j := range p.kinds {
+			r.sample(ctx, p, p.kinds[(i+j)%len(p.kinds)])
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	p.dur = time.Since(start)
+	logSummaries(p)
+	return p
+}
+
+// loadInfo describes the concurrent load of the second read phase.
+type loadInfo struct {
+	hugeSize        int64
+	hugeDone        int
+	hugeDur         []time.Duration
+	churnIters      int
+	churnRows       int
+	merges          int
+	reclaimed       int
+	mergeDur        []time.Duration
+	writer          counters
+	timedOut        bool
+	samplesWithHuge int
+	samplesTotal    int
+}
+
+// loadReads samples the read kinds while the writer process (a) streams
+// 300 MB appends into the same table, back to back, and (b) loops small
+// appends, Flush and Merge with zero reclaim grace. Sampling stops when
+// every kind has samples measurements and at least one large append and one
+// merge completed (or at the time cap).
+func loadReads(ctx context.Context, r *reads, samples int, hugeSize int64, churnRows int, maxDur time.Duration) (*readPhase, error) {
+	p := newReadPhase("under load", []string{kWarm, kCold, kRecent, kAbsent, kRaw})
+	li := &loadInfo{hugeSize: hugeSize, churnRows: churnRows}
+	p.load = li
+	w0 := writerCounters(r.wdb.Stats())
+
+	loadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		stop       atomic.Bool
+		hugeActive atomic.Bool
+		hugeDone   atomic.Int64
+		merges     atomic.Int64
+		mu         sync.Mutex // guards li's slices and counts written by the loops
+		wg         sync.WaitGroup
+		loadErrs   = make(chan error, 2)
+	)
+	wg.Go(func() {
+		for k := 0; !stop.Load(); k++ {
+			id := fmt.Sprintf("huge-%03d", k)
+			hugeActive.Store(true)
+			t0 := time.Now()
+			_, err := r.wt.Append(loadCtx, record(id, k), newStream(id, hugeSize), hugeSize)
+			hugeActive.Store(false)
+			if err != nil {
+				loadErrs <- fmt.Errorf("300 MB append %s: %w", id, err)
+				return
+			}
+			mu.Lock()
+			li.hugeDur = append(li.hugeDur, time.Since(t0))
+			mu.Unlock()
+			hugeDone.Add(1)
+		}
+	})
+	wg.Go(func() {
+		for it := 0; !stop.Load(); it++ {
+			ids := idList(fmt.Sprintf("churn-%05d", it), churnRows)
+			if err := appendRows(loadCtx, r.wt, ids, r.size, churnRows); err != nil {
+				loadErrs <- err
+				return
+			}
+			if err := r.wt.Flush(loadCtx); err != nil {
+				loadErrs <- fmt.Errorf("flush: %w", err)
+				return
+			}
+			r.recent.Store(&ids)
+			t0 := time.Now()
+			res, err := r.wt.Merge(loadCtx, engine.MergeOptions{})
+			if err != nil {
+				loadErrs <- fmt.Errorf("merge: %w", err)
+				return
+			}
+			mu.Lock()
+			li.churnIters++
+			li.mergeDur = append(li.mergeDur, time.Since(t0))
+			if res.Version > 0 {
+				li.merges++
+			}
+			li.reclaimed += len(res.Reclaimed)
+			mu.Unlock()
+			merges.Add(1)
+		}
+	})
+
+	start := time.Now()
+	var loadErr error
+sampling:
+	for i := 0; ; i++ {
+		select {
+		case loadErr = <-loadErrs:
+			break sampling
+		default:
+		}
+		for j := range p.kinds {
+			k := p.kinds[(i+j)%len(p.kinds)]
+			during := hugeActive.Load()
+			r.sample(ctx, p, k)
+			li.samplesTotal++
+			if during || hugeActive.Load() {
+				li.samplesWithHuge++
+				p.series[k].underHuge++
+			}
+		}
+		enough := hugeDone.Load() >= 1 && merges.Load() >= 1
+		for _, k := range p.kinds {
+			enough = enough && len(p.series[k].total) >= samples
+		}
+		if enough || ctx.Err() != nil {
+			break
+		}
+		if time.Since(start) > maxDur {
+			li.timedOut = true
+			break
+		}
+	}
+	p.dur = time.Since(start)
+	stop.Store(true)
+	if loadErr != nil {
+		cancel()
+	}
+	wg.Wait()
+	close(loadErrs)
+	for err := range loadErrs {
+		loadErr = errors.Join(loadErr, err)
+	}
+	li.hugeDone = int(hugeDone.Load())
+	li.writer = writerCounters(r.wdb.Stats()).sub(w0)
+	logSummaries(p)
+	logf("load: %d × %d MB appends, %d churn iterations (%d merges, %d generations reclaimed), %d of %d samples during a large append",
+		li.hugeDone, hugeSize/1e6, li.churnIters, li.merges, li.reclaimed, li.samplesWithHuge, li.samplesTotal)
+	if loadErr != nil {
+		return p, fmt.Errorf("the concurrent load failed: %w", loadErr)
+	}
+	return p, nil
+}
+
+func logSummaries(p *readPhase) {
+	for _, k := range p.kinds {
+		s := p.series[k].summary()
+		logf("reads %-10s %-28s n=%4d p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms", p.name, kindNames[k], s.n, ms(s.p50), ms(s.p99), ms(s.max))
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// verify applies the correctness rules to a read phase: no read error, no
+// missing-file error, no overload, and "absent" exactly for the absent
+// lookups (a false absent on a present row is already a read error).
+func (p *readPhase) verify() []string {
+	var bad []string
+	if p.nErrs > 0 {
+		bad = append(bad, fmt.Sprintf("%s: %d read errors", p.name, p.nErrs))
+	}
+	for _, k := range p.kinds {
+		st := p.stats[k]
+		if st == nil {
+			continue
+		}
+		if n := st.get("missing-file errors"); n != 0 {
+			bad = append(bad, fmt.Sprintf("%s: %s: %d missing-file errors", p.name, kindNames[k], n))
+		}
+		if n := st.get("overloaded"); n != 0 {
+			bad = append(bad, fmt.Sprintf("%s: %s: %d overloaded refusals", p.name, kindNames[k], n))
+		}
+		want := int64(0)
+		if k == kAbsent {
+			want = int64(len(p.series[k].total))
+		}
+		if n := st.get("absent"); n != want {
+			bad = append(bad, fmt.Sprintf("%s: %s: engine counted %d absent answers, want %d", p.name, kindNames[k], n, want))
+		}
+	}
+	return bad
+}
