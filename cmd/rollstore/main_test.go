@@ -214,7 +214,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--store", "azure"}, nil}, // no container
 		{[]string{"--role", "boss"}, nil},
 		{[]string{"--max-body", "lots"}, nil},
-		{[]string{"--shard", ""}, nil},
+		{[]string{"--role", "writer", "--shard", ""}, nil}, // and no HOSTNAME
+		{[]string{"--shard", "../x"}, nil},
 		{[]string{"extra-arg"}, nil},
 		{nil, map[string]string{"ROLLSTORE_MAX_BODY": "-1"}},
 		{[]string{"--log-format", "xml"}, nil},

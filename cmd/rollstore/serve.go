@@ -17,6 +17,7 @@ import (
 
 	"github.com/rollstore/rollstore/cmd/rollstore/internal/server"
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/engine/layout"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/azure"
 	"github.com/rollstore/rollstore/objstore/local"
@@ -38,6 +39,7 @@ type serveConfig struct {
 	authTokenFile string
 	logLevel      string
 	logFormat     string
+	hostname      string // $HOSTNAME: a StatefulSet writer's default shard
 
 	// The limits, grace periods and intervals bind straight into the
 	// configs they belong to.
@@ -121,10 +123,13 @@ func (c *serveConfig) validate() error {
 		}
 		if c.shard == "" {
 			// A StatefulSet pod's hostname is its stable name, ordinal included.
-			c.shard = os.Getenv("HOSTNAME")
+			c.shard = c.hostname
 		}
 		if c.shard == "" {
 			return fmt.Errorf("--role %s needs --shard (or HOSTNAME)", c.role)
+		}
+		if err := layout.ValidateShard(c.shard); err != nil {
+			return fmt.Errorf("--shard: %w", err)
 		}
 		c.engine.Shard = c.shard
 	case "reader", "merger":
@@ -240,6 +245,7 @@ func parseServe(env cmdEnv, args []string) (*serveConfig, error) {
 		fmt.Fprintf(env.stderr, "rollstore serve: unexpected arguments %q\n", fs.Args())
 		return nil, errUsage
 	}
+	cfg.hostname, _ = env.lookupEnv("HOSTNAME")
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintf(env.stderr, "rollstore serve: %v\n", err)
 		return nil, errUsage
