@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/layout"
@@ -42,12 +43,6 @@ type FileMeta struct {
 
 func (f FileMeta) covers(id string) bool { return f.Rows > 0 && id >= f.MinID && id <= f.MaxID }
 
-// hint is the advisory pointer to the newest version; readers probe past it,
-// so a stale or missing hint costs requests, never correctness.
-type hint struct {
-	Version uint64 `json:"version"`
-}
-
 func (t *Table) loadManifest(ctx context.Context, v uint64) (*Manifest, error) {
 	data, _, err := objstore.ReadAll(ctx, t.db.store, t.lay.Version(v), t.db.cfg.MaxManifestBytes)
 	if err != nil {
@@ -64,42 +59,44 @@ func (t *Table) loadManifest(ctx context.Context, v uint64) (*Manifest, error) {
 }
 
 // latestVersion finds the newest committed version without listing every
-// version: start from a known version (or the hint) and probe forward with
-// HEADs until one is missing. Version 0 means "no base yet".
+// version ever written. From a version the process knows, it HEADs that
+// version and the next one at once: the next missing and the known present
+// means the known is the newest (versions are collected oldest first, so
+// the next cannot have been collected while the known survives). Without a
+// known version, or when it was collected, it lists the retained versions,
+// which retention keeps short. Version 0 means "no base yet".
 func (t *Table) latestVersion(ctx context.Context, known uint64) (uint64, error) {
-	start := known
-	if start == 0 {
-		if data, _, err := objstore.ReadAll(ctx, t.db.store, t.lay.LatestHint(), 4096); err == nil {
-			var h hint
-			if json.Unmarshal(data, &h) == nil {
-				start = h.Version
+	if known == 0 {
+		return t.listLatest(ctx)
+	}
+	var knownErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, knownErr = t.db.store.Head(ctx, t.lay.Version(known)) })
+	_, nextErr := t.db.store.Head(ctx, t.lay.Version(known+1))
+	wg.Wait()
+	switch {
+	case nextErr == nil:
+		// Newer versions exist: walk forward a little, then list.
+		v := known + 1
+		for probes := 0; probes < 8; probes++ {
+			_, err := t.db.store.Head(ctx, t.lay.Version(v+1))
+			if errors.Is(err, objstore.ErrNotFound) {
+				return v, nil
 			}
-		} else if !errors.Is(err, objstore.ErrNotFound) {
-			return 0, err
+			if err != nil {
+				return 0, err
+			}
+			v++
 		}
-	}
-	if start > 0 {
-		if _, err := t.db.store.Head(ctx, t.lay.Version(start)); errors.Is(err, objstore.ErrNotFound) {
-			// A hint older than retention: fall back to listing (retention keeps
-			// the listing short).
-			return t.listLatest(ctx)
-		} else if err != nil {
-			return 0, err
-		}
-	}
-	v := start
-	for probes := 0; ; probes++ {
-		if probes == 16 {
-			return t.listLatest(ctx)
-		}
-		_, err := t.db.store.Head(ctx, t.lay.Version(v+1))
-		if errors.Is(err, objstore.ErrNotFound) {
-			return v, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		v++
+		return t.listLatest(ctx)
+	case !errors.Is(nextErr, objstore.ErrNotFound):
+		return 0, nextErr
+	case knownErr == nil:
+		return known, nil
+	case errors.Is(knownErr, objstore.ErrNotFound):
+		return t.listLatest(ctx) // the known version was collected
+	default:
+		return 0, knownErr
 	}
 }
 
@@ -137,15 +134,7 @@ func (t *Table) commitManifest(ctx context.Context, m *Manifest) error {
 	}
 	_, err = t.db.store.Put(ctx, t.lay.Version(m.Version), bytes.NewReader(body),
 		objstore.PutOptions{IfNotExists: true, Size: int64(len(body))})
-	if err != nil {
-		return err
-	}
-	// Best effort: a stale hint only costs probes.
-	h, _ := json.Marshal(hint{Version: m.Version})
-	if _, err := t.db.store.Put(ctx, t.lay.LatestHint(), bytes.NewReader(h), objstore.PutOptions{Size: int64(len(h))}); err != nil {
-		t.db.cfg.Logger.Warn("writing latest-version hint", "table", t.lay.Name(), "err", err)
-	}
-	return nil
+	return err
 }
 
 // emptyManifest is version 0: no files, nothing merged.

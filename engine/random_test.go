@@ -30,7 +30,7 @@ func TestRandomizedInterleavings(t *testing.T) {
 	}
 }
 
-var pausePoints = []string{"read:located", "read:row-read", "read:payload-opened", "refresh:after-base", "read:wal-miss"}
+var pausePoints = []string{"read:located", "read:row-read", "read:payload-opened", "refresh:after-base", "refresh:after-list"}
 
 func runSchedule(t *testing.T, store objstore.Bucket, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))

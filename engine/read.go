@@ -47,11 +47,12 @@ func (t *Table) Get(ctx context.Context, id string, opts ReadOptions) (*Record, 
 //  1. Base first, from the resident snapshot: immutable ids make a base hit
 //     final, and a warm hit costs no listing.
 //  2. Otherwise a refresh that started after the read began (so every write
-//     acknowledged before the read is visible), base again, then the
-//     pending generations.
-//  3. After a complete WAL miss, the latest base once more: the row may have
-//     been merged and its generation reclaimed between the refresh's base
-//     check and its WAL listing.
+//     acknowledged before the read is visible): its base, then its pending
+//     generations.
+//  3. The refresh lists the WAL before it probes for the newest base, so a
+//     complete miss has already looked at the latest base after the WAL:
+//     a row merged and reclaimed meanwhile is found in that base, never
+//     reported absent (see refreshSnapshot).
 //
 // If use fails with objstore.ErrNotFound, the file was reclaimed (or, for a
 // stale snapshot, collected): retry against a fresh snapshot, at most
@@ -66,6 +67,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	st := t.db.stats
 	hooks := t.db.cfg.Hooks
 	ticket := t.refresh.ticket()
+	known := t.snap.Load().version()
 	if s := t.snap.Load(); s != nil && *attempts == 0 {
 		if loc, ok := s.findBase(id); ok {
 			if err := hooks.Call(ctx, "read:located"); err != nil {
@@ -96,28 +98,9 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 				return err
 			}
 		}
-		late := false
 		if !ok {
-			if err := hooks.Call(ctx, "read:wal-miss"); err != nil {
-				return err
-			}
-			latest, err := t.latestVersion(ctx, s.version())
-			if err != nil {
-				return err
-			}
-			if latest != s.version() {
-				b, err := t.loadBase(ctx, latest)
-				if err != nil {
-					return err
-				}
-				t.install(b)
-				loc, ok = b.findBase(id)
-				late = ok
-			}
-			if !ok {
-				st.ReadAbsent.Add(1)
-				return fmt.Errorf("%w: %q", ErrNotFound, id)
-			}
+			st.ReadAbsent.Add(1)
+			return fmt.Errorf("%w: %q", ErrNotFound, id)
 		}
 		if err := hooks.Call(ctx, "read:located"); err != nil {
 			return err
@@ -125,7 +108,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 		err = use(ctx, loc)
 		if err == nil {
 			switch {
-			case late:
+			case loc.inBase && loc.version > known:
 				st.ReadLateBaseHits.Add(1)
 			case loc.inBase:
 				st.ReadBaseHits.Add(1)

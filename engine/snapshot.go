@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -143,44 +144,62 @@ func (t *Table) loadBase(ctx context.Context, v uint64) (*snapshot, error) {
 	return s, nil
 }
 
-// refreshSnapshot builds the latest view: newest base first, then the WAL
-// listing. The order matters: a generation reclaimed before the listing was
-// merged into a base committed before the reclaim, which the read path's
-// final "latest base once more" check then finds.
+// refreshSnapshot builds the latest view: the WAL listing first, then the
+// newest base. The order is what makes a miss trustworthy: a generation
+// reclaimed before the listing was merged into a base committed before the
+// reclaim, so the base found after the listing holds its rows. (This is the
+// "check the latest base once more after a WAL miss" of DESIGN.md, done once
+// inside the refresh instead of after it.) A listed generation whose files
+// vanish before their layouts load was merged into a still newer base: the
+// refresh starts over, a bounded number of times.
 func (t *Table) refreshSnapshot(ctx context.Context, flight uint64) (*snapshot, error) {
 	t.db.stats.Refreshes.Add(1)
-	cur := t.snap.Load()
-	v, err := t.latestVersion(ctx, cur.version())
-	if err != nil {
-		return nil, err
+	var lastErr error
+	for attempt := 0; attempt <= maxRetries; attempt++ {
+		gens, err := t.listWAL(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.db.cfg.Hooks.Call(ctx, "refresh:after-list"); err != nil {
+			return nil, err
+		}
+		cur := t.snap.Load()
+		v, err := t.latestVersion(ctx, cur.version())
+		if err != nil {
+			return nil, err
+		}
+		var s *snapshot
+		if cur != nil && cur.version() == v {
+			c := *cur
+			s = &c
+		} else if s, err = t.loadBase(ctx, v); err != nil {
+			return nil, err
+		}
+		if err := t.db.cfg.Hooks.Call(ctx, "refresh:after-base"); err != nil {
+			return nil, err
+		}
+		s.pending, s.capErr, err = t.loadPending(ctx, s.m, gens)
+		if errors.Is(err, objstore.ErrNotFound) {
+			lastErr = err
+			t.db.stats.RefreshRetries.Add(1)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.walLoaded, s.flight, s.builtAt = true, flight, t.db.cfg.Now()
+		return s, nil
 	}
-	var s *snapshot
-	if cur != nil && cur.version() == v {
-		c := *cur
-		s = &c
-	} else if s, err = t.loadBase(ctx, v); err != nil {
-		return nil, err
-	}
-	if err := t.db.cfg.Hooks.Call(ctx, "refresh:after-base"); err != nil {
-		return nil, err
-	}
-	if s.pending, s.capErr, err = t.loadPending(ctx, s.m); err != nil {
-		return nil, err
-	}
-	s.walLoaded, s.flight, s.builtAt = true, flight, t.db.cfg.Now()
-	return s, nil
+	t.db.stats.ReadMissingFile.Add(1)
+	return nil, fmt.Errorf("%w: refreshing %s: %w", ErrMissingFile, t.Name(), lastErr)
 }
 
-// loadPending lists the WAL and loads the layouts of every generation above
-// the base's watermarks. Sealed generations come from their seal record;
-// open ones from their segments (each read once, then cached: immutable).
-// When the pending generations exceed a read cap, it loads nothing and
-// returns the cap's error as capErr (the snapshot still serves the base).
-func (t *Table) loadPending(ctx context.Context, m *Manifest) (pending []genView, capErr error, err error) {
-	gens, err := t.listWAL(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
+// loadPending loads the layouts of every listed generation above the base's
+// watermarks. Sealed generations come from their seal record; open ones
+// from their segments (each read once, then cached: immutable). When the
+// pending generations exceed a read cap, it loads nothing and returns the
+// cap's error as capErr (the snapshot still serves the base).
+func (t *Table) loadPending(ctx context.Context, m *Manifest, gens []walGen) (pending []genView, capErr error, err error) {
 	perShard := map[string]int{}
 	for _, g := range gens {
 		if g.gen <= m.watermark(g.shard) {

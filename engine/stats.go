@@ -9,10 +9,11 @@ type Stats struct {
 	ReadWALHits      atomic.Int64 // served from a pending generation
 	ReadAbsent       atomic.Int64 // answered "absent"
 	ReadRetries      atomic.Int64 // retries after a WAL file vanished
-	ReadLateBaseHits atomic.Int64 // found in the base only after a complete WAL miss
+	ReadLateBaseHits atomic.Int64 // served by a base newer than the process knew when the read began
 	ReadMissingFile  atomic.Int64 // files missing after the bounded retries
 	ReadOverloaded   atomic.Int64 // refused by a read cap or the byte budget
 	Refreshes        atomic.Int64 // snapshot refreshes performed
+	RefreshRetries   atomic.Int64 // refreshes restarted because a listed generation was reclaimed
 
 	Appends        atomic.Int64 // rows acknowledged
 	AppendRetries  atomic.Int64 // identical retries answered idempotently

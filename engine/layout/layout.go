@@ -6,7 +6,6 @@
 // Under a table root:
 //
 //	<table>/_table.json                          table descriptor (create-if-absent)
-//	<table>/base/_latest.json                    hint: the newest committed version (advisory)
 //	<table>/base/_versions/<v:020>.json          base manifest v (create-if-absent)
 //	<table>/base/data/<file>.arrow               immutable Arrow IPC data files
 //	<table>/base/data/<file>.idx                 their row layouts (rowfile index)
@@ -90,9 +89,6 @@ func (t Table) Root() string { return t.name + "/" }
 
 // Descriptor is the key of the table descriptor.
 func (t Table) Descriptor() string { return t.name + "/_table.json" }
-
-// LatestHint is the key of the advisory pointer to the newest base version.
-func (t Table) LatestHint() string { return t.name + "/base/_latest.json" }
 
 // VersionsPrefix lists base manifests.
 func (t Table) VersionsPrefix() string { return t.name + "/base/_versions/" }

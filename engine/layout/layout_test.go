@@ -42,7 +42,7 @@ func TestKeysAreValidAndParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{tb.Descriptor(), tb.LatestHint(), tb.Version(42), df,
+	keys := []string{tb.Descriptor(), tb.Version(42), df,
 		tb.Segment("writer-0", 3, 9), tb.Seal("writer-0", 3), pl, tb.ShardLease("writer-0"), tb.MergerLease()}
 	for _, k := range keys {
 		if err := objstore.ValidateKey(k); err != nil {

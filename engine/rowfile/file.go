@@ -108,7 +108,7 @@ func (l *Layout) MemSize() int64 {
 // larger ones compress and scan better.
 type Options struct {
 	BatchRows  int   // default 256
-	BatchBytes int64 // inline payload bytes per batch, default 1 MiB
+	BatchBytes int64 // inline payload bytes per batch, default 64 KiB
 }
 
 func (o Options) withDefaults() Options {
@@ -116,7 +116,9 @@ func (o Options) withDefaults() Options {
 		o.BatchRows = 256
 	}
 	if o.BatchBytes <= 0 {
-		o.BatchBytes = 1 << 20
+		// A metadata read fetches its row's whole batch, inline payloads
+		// included: keep that near the size of one typical payload.
+		o.BatchBytes = 64 << 10
 	}
 	return o
 }
