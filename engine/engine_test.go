@@ -326,3 +326,26 @@ func TestManyMergesRetentionAndCompaction(t *testing.T) {
 		return nil
 	})
 }
+
+func TestDropSeenByOtherProcess(t *testing.T) {
+	store := memory.New()
+	a := newEnv(t, store, testConfig("s0"))
+	b := newEnv(t, store, testConfig(""))
+	a.put("x", 10)
+	b.mustRead("x", 10)
+	ctx := context.Background()
+	if err := a.db.DropTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.tb.Append(ctx, Record{ID: "y", RolloutID: "r"}, strings.NewReader(""), 0); !errors.Is(err, ErrTableNotFound) {
+		t.Fatalf("append to a dropped table: %v", err)
+	}
+	if _, err := b.tb.Get(ctx, "x", ReadOptions{}); !errors.Is(err, ErrTableNotFound) {
+		t.Fatalf("other process reading a dropped table: %v", err)
+	}
+	var left []string
+	_ = store.List(ctx, "t/", objstore.ListOptions{}, func(e objstore.Entry) error { left = append(left, e.Key); return nil })
+	if len(left) != 0 {
+		t.Fatalf("objects left after drop: %v", left)
+	}
+}

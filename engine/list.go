@@ -257,12 +257,13 @@ func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 		return err
 	}
 	it := newRowIter(s, "", s.walLoaded)
+	var memo scanMemo
 	for {
 		loc, ok := it.next()
 		if !ok {
 			break
 		}
-		rec, err := t.scanRow(ctx, loc, opts)
+		rec, err := t.scanRow(ctx, loc, opts, &memo)
 		if err != nil {
 			if opts.Version > 0 && errors.Is(err, objstore.ErrNotFound) {
 				err = fmt.Errorf("%w: version %d: %w", ErrVersionGone, opts.Version, err)
@@ -283,9 +284,48 @@ func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 	return sw.Close()
 }
 
+// scanMemo keeps the last batch a scan decoded with its payloads: rows come
+// in id order, so runs of them share a batch, fetched once.
+type scanMemo struct {
+	key  string
+	off  int64
+	rows []rowfile.Record
+}
+
+func (m *scanMemo) row(ctx context.Context, t *Table, loc location) (*Record, error) {
+	if m.key != loc.key || m.off != loc.batch.Offset {
+		rc, err := t.db.store.GetRange(ctx, loc.key, loc.batch.Offset, loc.batch.Length)
+		if err != nil {
+			return nil, err
+		}
+		data := make([]byte, loc.batch.Length)
+		_, err = io.ReadFull(rc, data)
+		rc.Close()
+		if err != nil {
+			return nil, readErr(loc.key, err)
+		}
+		rows, err := rowfile.DecodeBatch(data, true)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", loc.key, err)
+		}
+		m.key, m.off, m.rows = loc.key, loc.batch.Offset, rows
+	}
+	if int(loc.loc.Row) >= len(m.rows) || m.rows[loc.loc.Row].ID != loc.loc.ID {
+		return nil, fmt.Errorf("%w: %s: batch does not hold %q", rowfile.ErrCorrupt, loc.key, loc.loc.ID)
+	}
+	rec := m.rows[loc.loc.Row]
+	return &rec, nil
+}
+
 // scanRow reads one row for a scan. A WAL row whose file was reclaimed
 // mid-scan is read again through the recovering read path.
-func (t *Table) scanRow(ctx context.Context, loc location, opts ScanOptions) (*Record, error) {
+func (t *Table) scanRow(ctx context.Context, loc location, opts ScanOptions, memo *scanMemo) (*Record, error) {
+	if opts.WithPayloads && loc.loc.Ref == "" {
+		rec, err := memo.row(ctx, t, loc)
+		if !errors.Is(err, objstore.ErrNotFound) || loc.inBase {
+			return rec, err
+		}
+	}
 	rec, err := t.readRow(ctx, loc)
 	if errors.Is(err, objstore.ErrNotFound) && !loc.inBase {
 		var attempts int

@@ -168,6 +168,15 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64) (*snapshot, 
 		if err != nil {
 			return nil, err
 		}
+		if v == 0 {
+			// No base: a new table, or one dropped by another process.
+			if _, err := t.db.store.Head(ctx, t.lay.Descriptor()); errors.Is(err, objstore.ErrNotFound) {
+				t.dropped.Store(true)
+				return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+			} else if err != nil {
+				return nil, err
+			}
+		}
 		var s *snapshot
 		if cur != nil && cur.version() == v {
 			c := *cur
