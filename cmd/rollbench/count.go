@@ -198,9 +198,6 @@ func keyClass(key string) string {
 	if key == lay.Descriptor() {
 		return "descriptor"
 	}
-	if key == lay.LatestHint() {
-		return "latest-hint"
-	}
 	if _, ok := lay.ParseVersion(key); ok {
 		return "manifest"
 	}

@@ -22,7 +22,6 @@ func TestKeyClass(t *testing.T) {
 	pay, _ := lay.Payload("bench-0", 3, "0123456789abcdef")
 	for key, want := range map[string]string{
 		lay.Descriptor():             "descriptor",
-		lay.LatestHint():             "latest-hint",
 		lay.Version(7):               "manifest",
 		data:                         "data-file",
 		idx:                          "data-index",
