@@ -338,7 +338,8 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	if t != nil && !t.dropped.Load() {
 		return t, nil
 	}
-	if _, err := db.store.Head(ctx, lay.Descriptor()); err != nil {
+	desc, err := db.store.Head(ctx, lay.Descriptor())
+	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
 		}
@@ -349,7 +350,7 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	if t := db.tables[name]; t != nil && !t.dropped.Load() {
 		return t, nil
 	}
-	t = newTable(db, lay)
+	t = newTable(db, lay, desc.ETag)
 	db.tables[name] = t
 	return t, nil
 }

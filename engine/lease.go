@@ -168,6 +168,11 @@ func (t *Table) sealAbandoned(ctx context.Context, m *Manifest, gens []walGen) (
 		if err != nil {
 			return sealed, err
 		}
+		if o == nil {
+			// No lease to prove the writer gone (a wrapper without leases):
+			// sealing a live writer's generation would hide its later rows.
+			return sealed, nil
+		}
 		for _, gen := range list {
 			err = t.sealGeneration(ctx, shard, gen, nil)
 			if errors.Is(err, ErrFenced) {

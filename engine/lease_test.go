@@ -65,22 +65,26 @@ func TestShardLeaseExclusive(t *testing.T) {
 	b.mustRead("a1", 100)
 }
 
-// A writer paused past its lease (renewals stalled, as in a partition or a
-// long GC pause) stops acknowledging before anyone else can own the shard;
-// the new owner seals its generation and carries on.
+// A writer cut off past its lease (renewals and release fail, as in a
+// partition or a long pause) stops acknowledging before anyone else can own
+// the shard; the new owner seals its generation and carries on.
 func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 	clk := newFakeClock()
-	store := memory.New(memory.WithClock(clk.Now))
-	a := newEnv(t, store, leaseConfig("s0", clk))
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := newEnv(t, fb, leaseConfig("s0", clk))
 	if err := appendID(a.tb, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	a.hooks.Fail("lease:renew", errors.New("partitioned"), faulty.Always())
+	partitioned := errors.New("partitioned")
+	fb.Fail(faulty.OpRenewLease, faulty.AnyKey, partitioned, faulty.Always())
+	fb.Fail(faulty.OpReleaseLease, faulty.AnyKey, partitioned, faulty.Always())
+	fb.Fail(faulty.OpAcquireLease, faulty.AnyKey, partitioned, faulty.Always())
 	clk.Advance(12 * time.Second) // past validity (15s - 15s/4), before the lease expires
 	if err := appendID(a.tb, "a2"); !errors.Is(err, ErrFenced) {
 		t.Fatalf("append after the lease lapsed: %v", err)
 	}
-	b := newEnv(t, store, leaseConfig("s0", clk))
+	b := newEnv(t, mem, leaseConfig("s0", clk))
 	if err := appendID(b.tb, "b1"); !errors.Is(err, ErrShardOwned) {
 		t.Fatalf("took the shard before the lease expired: %v", err)
 	}
@@ -88,11 +92,35 @@ func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 	if err := appendID(b.tb, "b1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := appendID(a.tb, "a3"); !errors.Is(err, ErrFenced) {
-		t.Fatalf("fenced writer accepted a write: %v", err)
+	if err := appendID(a.tb, "a3"); err == nil {
+		t.Fatal("the cut-off writer accepted a write")
+	}
+	fb.Reset() // the partition heals: a's next writer finds the shard owned
+	if err := appendID(a.tb, "a3"); !errors.Is(err, ErrShardOwned) {
+		t.Fatalf("after the partition: %v", err)
 	}
 	b.merge()
 	checkAll(t, b.tb, map[string]int{"a1": 100, "b1": 100})
+}
+
+// A store error the writer cannot get past stops it, but not the shard:
+// the next append starts a new writer that seals what the old one left.
+func TestWriterRecoversFromTransientSealFailure(t *testing.T) {
+	clk := newFakeClock()
+	fb := faulty.New(memory.New(memory.WithClock(clk.Now)))
+	e := newEnv(t, fb, leaseConfig("s0", clk))
+	if err := appendID(e.tb, "a"); err != nil {
+		t.Fatal(err)
+	}
+	fb.Fail(faulty.OpPut, faulty.KeyContains("_sealed"), objstore.ErrThrottled)
+	if err := e.tb.Flush(context.Background()); !errors.Is(err, objstore.ErrThrottled) {
+		t.Fatalf("flush: %v", err)
+	}
+	if err := appendID(e.tb, "b"); err != nil {
+		t.Fatalf("append after a transient seal failure: %v", err)
+	}
+	e.merge()
+	checkAll(t, e.tb, map[string]int{"a": 100, "b": 100})
 }
 
 // A segment put that was in flight when the writer lost its shard lands

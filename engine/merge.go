@@ -345,7 +345,7 @@ func (t *Table) writeDataFile(ctx context.Context, version uint64, rows []rowfil
 		}
 		written = append(written, obj.key)
 	}
-	t.db.layouts.Add(idxKey, lay, lay.MemSize())
+	t.db.layouts.Add(t.ck(idxKey), lay, lay.MemSize())
 	return FileMeta{Name: name, Rows: int64(len(rows)), Bytes: int64(len(data)), IndexBytes: int64(len(idx)),
 		MinID: rows[0].ID, MaxID: rows[len(rows)-1].ID}, written, nil
 }

@@ -134,7 +134,10 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(context.Context, location) error) error {
 	s, err := t.pinned.GetOrLoad(ctx, v, func(ctx context.Context) (*snapshot, int64, error) {
 		s, err := t.loadBase(ctx, v)
-		return s, 1, err
+		if err != nil {
+			return nil, 0, err
+		}
+		return s, s.manifestSize(), nil
 	})
 	if errors.Is(err, objstore.ErrNotFound) {
 		return t.versionMissing(ctx, v)
@@ -178,7 +181,7 @@ func (t *Table) versionMissing(ctx context.Context, v uint64) error {
 // are immutable) and returns the row without payload bytes.
 func (t *Table) readRow(ctx context.Context, loc location) (*Record, error) {
 	ck := loc.key + "#" + strconv.FormatInt(loc.batch.Offset, 10)
-	rows, err := t.db.batches.GetOrLoad(ctx, ck, func(ctx context.Context) ([]rowfile.Record, int64, error) {
+	rows, err := t.db.batches.GetOrLoad(ctx, t.ck(ck), func(ctx context.Context) ([]rowfile.Record, int64, error) {
 		rc, err := t.db.store.GetRange(ctx, loc.key, loc.batch.Offset, loc.batch.Length)
 		if err != nil {
 			return nil, 0, err
@@ -341,6 +344,7 @@ func (p *Payload) Read(b []byte) (int, error) { return p.ReadContext(context.Bac
 // comparison enforces.
 func (p *Payload) reopen(ctx context.Context) error {
 	p.rc.Close()
+	p.rc = nil
 	want := p.Record.PayloadSHA256
 	return p.t.withRow(ctx, p.Record.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
 		rec, err := p.t.readRow(ctx, loc)
@@ -371,4 +375,64 @@ func (p *Payload) Close() error {
 		p.release = nil
 	}
 	return err
+}
+
+// lookupMany returns, for each record's id, the row a read beginning now
+// would return (nil when absent), sharing one refresh among all of them: a
+// batch append checks its ids in one round, not one refresh per row.
+func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, error) {
+	if t.dropped.Load() {
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+	}
+	out := make([]*Record, len(recs))
+	ticket := t.refresh.ticket()
+	var rest []int
+	resident := t.snap.Load()
+	for i, r := range recs {
+		if resident != nil {
+			if loc, ok := resident.findBase(r.ID); ok {
+				rec, err := t.readRow(ctx, loc)
+				if err == nil {
+					out[i] = rec
+					continue
+				}
+				if !errors.Is(err, objstore.ErrNotFound) {
+					return nil, err
+				}
+			}
+		}
+		rest = append(rest, i)
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	s, err := t.refreshed(ctx, ticket)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range rest {
+		id := recs[i].ID
+		loc, ok := s.findBase(id)
+		if !ok {
+			if loc, ok, err = s.findWAL(id); err != nil {
+				return nil, err
+			}
+		}
+		if !ok {
+			continue
+		}
+		rec, err := t.readRow(ctx, loc)
+		if errors.Is(err, objstore.ErrNotFound) {
+			// Reclaimed since the refresh: the recovering path finds it.
+			rec, err = t.Get(ctx, id, ReadOptions{})
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = rec
+	}
+	return out, nil
 }

@@ -125,7 +125,7 @@ func (t *Table) loadBase(ctx context.Context, v uint64) (*snapshot, error) {
 		if err != nil {
 			return nil, fmt.Errorf("base version %d: %w", v, err)
 		}
-		lay, err := t.db.layouts.GetOrLoad(ctx, idxKey, func(ctx context.Context) (*rowfile.Layout, int64, error) {
+		lay, err := t.db.layouts.GetOrLoad(ctx, t.ck(idxKey), func(ctx context.Context) (*rowfile.Layout, int64, error) {
 			data, _, err := objstore.ReadAll(ctx, t.db.store, idxKey, max(f.IndexBytes, 1)<<1+(64<<10))
 			if err != nil {
 				return nil, 0, err
@@ -164,18 +164,24 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64) (*snapshot, 
 			return nil, err
 		}
 		cur := t.snap.Load()
+		// The descriptor check rides along with the version probe: a table
+		// dropped (and perhaps created again) by another process retires
+		// this handle instead of serving another incarnation's files.
+		var desc objstore.Attrs
+		var descErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { desc, descErr = t.db.store.Head(ctx, t.lay.Descriptor()) })
 		v, err := t.latestVersion(ctx, cur.version())
+		wg.Wait()
+		if errors.Is(descErr, objstore.ErrNotFound) || (descErr == nil && desc.ETag != t.inc) {
+			t.dropped.Store(true)
+			return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+		}
+		if descErr != nil {
+			return nil, descErr
+		}
 		if err != nil {
 			return nil, err
-		}
-		if v == 0 {
-			// No base: a new table, or one dropped by another process.
-			if _, err := t.db.store.Head(ctx, t.lay.Descriptor()); errors.Is(err, objstore.ErrNotFound) {
-				t.dropped.Store(true)
-				return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
-			} else if err != nil {
-				return nil, err
-			}
 		}
 		var s *snapshot
 		if cur != nil && cur.version() == v {
@@ -334,7 +340,7 @@ func (t *Table) loadGeneration(ctx context.Context, g walGen) ([]segView, error)
 }
 
 func (t *Table) segmentLayout(ctx context.Context, key string) (*rowfile.Layout, error) {
-	return t.db.layouts.GetOrLoad(ctx, key, func(ctx context.Context) (*rowfile.Layout, int64, error) {
+	return t.db.layouts.GetOrLoad(ctx, t.ck(key), func(ctx context.Context) (*rowfile.Layout, int64, error) {
 		data, _, err := objstore.ReadAll(ctx, t.db.store, key, t.db.cfg.SegmentMaxBytes*2+(1<<20))
 		if err != nil {
 			return nil, 0, err
@@ -349,7 +355,7 @@ func (t *Table) segmentLayout(ctx context.Context, key string) (*rowfile.Layout,
 
 func (t *Table) loadSeal(ctx context.Context, shard string, gen uint64) (*sealRecord, error) {
 	key := t.lay.Seal(shard, gen)
-	return t.db.seals.GetOrLoad(ctx, key, func(ctx context.Context) (*sealRecord, int64, error) {
+	return t.db.seals.GetOrLoad(ctx, t.ck(key), func(ctx context.Context) (*sealRecord, int64, error) {
 		data, _, err := objstore.ReadAll(ctx, t.db.store, key, t.db.cfg.MaxManifestBytes)
 		if err != nil {
 			return nil, 0, err

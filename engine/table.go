@@ -14,6 +14,11 @@ import (
 type Table struct {
 	db  *DB
 	lay layout.Table
+	// inc identifies this incarnation of the table (its descriptor's ETag):
+	// a table dropped and created again reuses WAL keys, so everything cached
+	// is keyed by incarnation too, and a refresh that finds another
+	// descriptor retires the handle.
+	inc string
 
 	// snap is the resident snapshot: the newest base this process knows.
 	// Base hits are served from it without I/O beyond the row itself.
@@ -32,10 +37,13 @@ type Table struct {
 	mergeMu sync.Mutex
 }
 
-func newTable(db *DB, lay layout.Table) *Table {
+// ck scopes a cache key to this incarnation of the table.
+func (t *Table) ck(key string) string { return t.inc + "\x00" + key }
+
+func newTable(db *DB, lay layout.Table, inc string) *Table {
 	// Pinned snapshots share their file layouts with the DB's layout cache;
 	// what they hold on their own is the manifest.
-	return &Table{db: db, lay: lay, pinned: cache.New[uint64, *snapshot](4 << 20)}
+	return &Table{db: db, lay: lay, inc: inc, pinned: cache.New[uint64, *snapshot](4 << 20)}
 }
 
 // Name returns the table name.

@@ -87,16 +87,19 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 	if err := cfg.Hooks.Call(ctx, "write:after-payload"); err != nil {
 		return AppendResult{}, err // a crash here leaves an orphan payload
 	}
-	res, err := w.submit(ctx, []*Record{&rec})
+	res, queued, err := w.submit(ctx, []*Record{&rec})
 	var be *BatchError
 	if errors.As(err, &be) {
 		err = be.Err
 	}
-	if err != nil || !res[0].Created {
-		w.discardPayload(&rec)
-	}
 	if err != nil {
+		if !queued {
+			w.discardPayload(&rec)
+		}
 		return AppendResult{}, err
+	}
+	if !res[0].Created {
+		w.discardPayload(&rec) // the existing row has its own payload
 	}
 	return res[0], nil
 }
@@ -180,9 +183,11 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 		unique = append(unique, rec)
 		pos = append(pos, i)
 	}
-	res, err := w.submit(ctx, unique)
+	res, queued, err := w.submit(ctx, unique)
 	if err != nil {
-		w.discardAll(unique)
+		if !queued {
+			w.discardAll(unique)
+		}
 		var be *BatchError
 		if errors.As(err, &be) {
 			be.Index = pos[be.Index]

@@ -36,6 +36,7 @@ type shardWriter struct {
 	kick   chan struct{}
 	flush  chan chan error
 	quit   chan struct{}
+	stop   sync.Once // closes quit
 	done   chan struct{}
 
 	// Owned by the loop goroutine.
@@ -69,16 +70,23 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 	if t.dropped.Load() {
 		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
 	}
-	if t.writer != nil {
-		t.writer.mu.Lock()
-		err := t.writer.err
-		t.writer.mu.Unlock()
+	if w := t.writer; w != nil {
+		w.mu.Lock()
+		err := w.err
+		w.mu.Unlock()
 		if err == nil {
-			return t.writer, nil
+			return w, nil
 		}
-		// A fenced writer stays fenced until the process re-acquires the
-		// shard; report why.
-		return nil, err
+		// The writer stopped: fenced, or a store error it could not get
+		// past. Replace it once it has exited: the new one takes the lease
+		// again (refused while another process owns the shard) and seals
+		// what the old one left open.
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		t.writer = nil
 	}
 	w := &shardWriter{t: t, shard: t.db.cfg.Shard, inflight: map[string]*appendReq{}, recent: map[string]*Record{},
 		kick: make(chan struct{}, 1), flush: make(chan chan error), quit: make(chan struct{}), done: make(chan struct{})}
@@ -144,39 +152,44 @@ func (w *shardWriter) currentGen() uint64 {
 // append of the same id in flight is waited for, then compared: an
 // identical retry succeeds without a second row, different content is a
 // conflict. recs must be free of duplicate ids.
-func (w *shardWriter) submit(ctx context.Context, recs []*Record) ([]AppendResult, error) {
-	results := make([]AppendResult, len(recs))
+//
+// queued reports whether the rows reached the commit queue. After that a
+// failure leaves their outcome unknown (the segment may have landed; a
+// cancelled caller's rows are still committed), so the caller must leave
+// their payload objects to the orphan sweep, which checks references.
+func (w *shardWriter) submit(ctx context.Context, recs []*Record) (results []AppendResult, queued bool, err error) {
+	results = make([]AppendResult, len(recs))
 	for {
 		w.mu.Lock()
 		epoch := w.sealed
 		w.mu.Unlock()
 		// Rows visible to a fresh read: the base or any shard's WAL.
+		existing, err := w.t.lookupMany(ctx, recs)
+		if err != nil {
+			return nil, false, err
+		}
 		var todo []*Record
 		var idx []int
 		for i, rec := range recs {
-			existing, err := w.t.Get(ctx, rec.ID, ReadOptions{})
-			switch {
-			case err == nil:
-				r, err := w.compare(existing, rec)
-				if err != nil {
-					return nil, &BatchError{Index: i, Err: err}
-				}
-				results[i] = r
-			case errors.Is(err, ErrNotFound):
+			if existing[i] == nil {
 				todo = append(todo, rec)
 				idx = append(idx, i)
-			default:
-				return nil, err
+				continue
 			}
+			r, err := w.compare(existing[i], rec)
+			if err != nil {
+				return nil, false, &BatchError{Index: i, Err: err}
+			}
+			results[i] = r
 		}
 		if len(todo) == 0 {
-			return results, nil
+			return results, false, nil
 		}
 		w.mu.Lock()
 		if w.err != nil {
 			err := w.err
 			w.mu.Unlock()
-			return nil, err
+			return nil, false, err
 		}
 		if w.sealed != epoch {
 			w.mu.Unlock()
@@ -190,7 +203,7 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) ([]AppendResul
 				r, err := w.compare(prev, rec)
 				if err != nil {
 					w.mu.Unlock()
-					return nil, &BatchError{Index: idx[j], Err: err}
+					return nil, false, &BatchError{Index: idx[j], Err: err}
 				}
 				results[idx[j]] = r
 				continue
@@ -207,13 +220,13 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) ([]AppendResul
 			select {
 			case <-wait.done:
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, false, ctx.Err()
 			}
 			continue
 		}
 		if len(fresh) == 0 {
 			w.mu.Unlock()
-			return results, nil
+			return results, false, nil
 		}
 		req := &appendReq{recs: fresh, done: make(chan struct{})}
 		for _, rec := range fresh {
@@ -230,16 +243,16 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) ([]AppendResul
 		case <-ctx.Done():
 			// Not acknowledged; it may still become durable, which an
 			// identical retry then finds.
-			return nil, ctx.Err()
+			return nil, true, ctx.Err()
 		}
 		if req.err != nil {
-			return nil, req.err
+			return nil, true, req.err
 		}
 		for j, rec := range fresh {
 			results[freshIdx[j]] = AppendResult{Record: rec, Created: true}
 		}
 		w.t.db.stats.Appends.Add(int64(len(fresh)))
-		return results, nil
+		return results, true, nil
 	}
 }
 
@@ -336,7 +349,9 @@ func (w *shardWriter) commitNext() bool {
 		req.err = err
 		for _, rec := range req.recs {
 			if err == nil {
-				w.recent[rec.ID] = rec
+				kept := *rec
+				kept.Payload = nil // compared by checksum; do not pin the bytes
+				w.recent[rec.ID] = &kept
 			}
 			delete(w.inflight, rec.ID)
 		}
@@ -389,7 +404,7 @@ func (w *shardWriter) writeSegment(gen uint64, batch []*appendReq) error {
 		w.fail(batch, err)
 		return err
 	}
-	t.db.layouts.Add(key, lay, lay.MemSize())
+	t.db.layouts.Add(t.ck(key), lay, lay.MemSize())
 	if len(w.segs) == 0 {
 		w.genStart = t.db.cfg.Now()
 	}
@@ -413,7 +428,12 @@ func (w *shardWriter) fail(skip []*appendReq, err error) {
 	defer w.mu.Unlock()
 	if w.err == nil {
 		w.err = err
-		w.t.db.cfg.Logger.Error("shard writer stopped", "table", w.t.Name(), "shard", w.shard, "err", err)
+		if !errors.Is(err, ErrClosed) {
+			w.t.db.cfg.Logger.Error("shard writer stopped", "table", w.t.Name(), "shard", w.shard, "err", err)
+		}
+		// Stop the loop (and give the lease up); the next append starts a
+		// new writer, which takes the shard again or learns who owns it.
+		w.stop.Do(func() { close(w.quit) })
 	}
 	for _, req := range w.queue {
 		if !inSkip[req] {
@@ -492,7 +512,7 @@ func (t *Table) sealGeneration(ctx context.Context, shard string, gen uint64, kn
 		}
 		return fmt.Errorf("writing seal %s: %w", key, err)
 	}
-	t.db.seals.Add(key, &rec, int64(len(body)))
+	t.db.seals.Add(t.ck(key), &rec, int64(len(body)))
 	t.db.stats.Seals.Add(1)
 	return nil
 }
@@ -523,11 +543,7 @@ func (t *Table) Flush(ctx context.Context) error {
 }
 
 func (w *shardWriter) close(ctx context.Context) error {
-	select {
-	case <-w.quit:
-	default:
-		close(w.quit)
-	}
+	w.stop.Do(func() { close(w.quit) })
 	select {
 	case <-w.done:
 		return nil

@@ -71,7 +71,9 @@ func (s *Server) mergePass(ctx context.Context, sweep bool) {
 		if sweep {
 			res, err := tb.Sweep(ctx, s.db.Config().OrphanGrace)
 			s.metrics.observeSweep(res, err)
-			if err != nil && ctx.Err() == nil {
+			if errors.Is(err, engine.ErrMergerBusy) {
+				log.Debug("merger: sweep skipped, another merger is running")
+			} else if err != nil && ctx.Err() == nil {
 				log.Error("merger: sweep", "err", err)
 			} else if n := res.DataFiles + res.Payloads + res.Segments; n > 0 {
 				log.Info("merger: swept orphans", "data_files", res.DataFiles, "payloads", res.Payloads, "segments", res.Segments)
