@@ -19,9 +19,11 @@ import (
 // clock later, so the writer stops acknowledging before anyone else can
 // take the shard. It checks validity after each segment put returns: a put
 // that completed while the lease was valid landed before any new owner could
-// seal the generation, so its rows are part of it; a put that completed
-// later may have landed after the seal, invisible, so it is not
-// acknowledged (the client's retry then finds the row, or writes it anew).
+// seal the generation, so its rows are part of it. A put that completed
+// later may have landed before or after a new owner's seal; the seal record
+// decides (the writer writes it itself if there is none yet), and the answer
+// follows it: acknowledged if the seal lists the segment, refused if not. So
+// a refused write is never visible, and an acknowledged one always is.
 
 // ErrShardOwned: another live process holds the shard's lease.
 var ErrShardOwned = errors.New("shard is owned by another writer")

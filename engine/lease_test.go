@@ -226,3 +226,64 @@ func TestMergerSealsAbandonedShard(t *testing.T) {
 	}
 	checkAll(t, m.tb, map[string]int{"a": 100, "b": 100})
 }
+
+// A segment that landed just before its writer's lease lapsed is committed
+// exactly when the generation's seal lists it, and the writer's answer
+// follows the seal: acknowledged if listed (by the new owner's seal, or by
+// the writer's own when nobody sealed yet), refused if not.
+func TestLandedSegmentAnswerFollowsTheSeal(t *testing.T) {
+	for _, takeover := range []bool{true, false} {
+		t.Run(map[bool]string{true: "new owner sealed it", false: "writer seals it"}[takeover], func(t *testing.T) {
+			clk := newFakeClock()
+			mem := memory.New(memory.WithClock(clk.Now))
+			fb := faulty.New(mem)
+			a := newEnv(t, fb, leaseConfig("s0", clk))
+			if err := appendID(a.tb, "a1"); err != nil {
+				t.Fatal(err)
+			}
+			gate := fb.Pause(faulty.OpPut, faulty.After, faulty.KeyContains("/wal/"))
+			late := make(chan error, 1)
+			go func() { late <- appendID(a.tb, "a2") }()
+			if err := gate.Wait(waitCtx(t)); err != nil { // landed; the writer has not seen the answer
+				t.Fatal(err)
+			}
+			var b *env
+			if takeover {
+				clk.Advance(16 * time.Second)
+				b = newEnv(t, mem, leaseConfig("s0", clk))
+				if err := appendID(b.tb, "b1"); err != nil { // seals a's generation, a2 included
+					t.Fatal(err)
+				}
+			} else {
+				clk.Advance(12 * time.Second) // lapsed, not expired
+			}
+			gate.Release()
+			if err := <-late; err != nil {
+				t.Fatalf("a landed and sealed segment was refused: %v", err)
+			}
+			if err := appendID(a.tb, "a3"); takeover && !errors.Is(err, ErrShardOwned) {
+				t.Fatalf("after the takeover: %v", err)
+			}
+			r := newEnv(t, mem, leaseConfig("", clk))
+			want := map[string]int{"a1": 100, "a2": 100}
+			if takeover {
+				want["b1"] = 100
+			} else {
+				want["a3"] = 100
+			}
+			clk.Advance(time.Hour) // leave no live lease behind for the merge's seal sweep
+			if err := a.db.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if b != nil {
+				if err := b.db.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := r.tb.Merge(context.Background(), MergeOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			checkAll(t, r.tb, want)
+		})
+	}
+}

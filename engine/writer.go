@@ -132,7 +132,11 @@ func (w *shardWriter) recover(ctx context.Context) error {
 		}
 		top = max(top, g.gen)
 		if g.gen > wm && !g.sealed && len(g.segs) > 0 {
-			if err := t.sealGeneration(ctx, w.shard, g.gen, nil); err != nil {
+			err := t.sealGeneration(ctx, w.shard, g.gen, nil)
+			if errors.Is(err, ErrFenced) {
+				err = nil // its last owner sealed it after all
+			}
+			if err != nil {
 				return fmt.Errorf("sealing abandoned generation %s/%d: %w", w.shard, g.gen, err)
 			}
 		}
@@ -398,11 +402,18 @@ func (w *shardWriter) writeSegment(gen uint64, batch []*appendReq) error {
 	if err != nil {
 		return fmt.Errorf("writing segment %s: %w", key, err)
 	}
-	if err := w.owner.valid(); err != nil {
-		// Landed, but perhaps after a new owner sealed the generation
-		// without it: not acknowledged (see lease.go).
-		w.fail(batch, err)
-		return err
+	if lapsed := w.owner.valid(); lapsed != nil {
+		// Landed, but the lease lapsed meanwhile: a new owner may have
+		// sealed the generation before or after it landed. Decide by the
+		// seal record, writing it ourselves if nobody has: the segment is
+		// committed exactly when the seal lists it, and the answer says so.
+		// Either way this writer stops.
+		in, err := t.segmentSealed(ctx, w.shard, gen, seq, append(w.segs, sealedSegment{Seq: seq, Size: int64(len(data)), Layout: lay}))
+		if err != nil || !in {
+			w.fail(batch, lapsed)
+			return lapsed
+		}
+		defer w.fail(batch, lapsed) // acknowledge this batch, then stop
 	}
 	t.db.layouts.Add(t.ck(key), lay, lay.MemSize())
 	if len(w.segs) == 0 {
@@ -550,4 +561,27 @@ func (w *shardWriter) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// segmentSealed reports whether segment seq of a generation is part of it:
+// it seals the generation itself (listing what is present, seq included)
+// unless a seal record already exists, in which case that record decides.
+func (t *Table) segmentSealed(ctx context.Context, shard string, gen, seq uint64, known []sealedSegment) (bool, error) {
+	err := t.sealGeneration(ctx, shard, gen, known)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, ErrFenced) {
+		return false, err
+	}
+	seal, err := t.loadSeal(ctx, shard, gen)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range seal.Segments {
+		if s.Seq == seq {
+			return true, nil
+		}
+	}
+	return false, nil
 }
