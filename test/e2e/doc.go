@@ -1,0 +1,56 @@
+// Package e2e holds rollstore's multi-process end-to-end tests: the real
+// binary, run as separate processes against the Azurite emulator, broken the
+// ways a deployment breaks.
+//
+// TestManyProcesses puts one table behind three writer processes (shards
+// w-0, w-1 and w-2), two readers and one merger. Client goroutines write a
+// stream of rollouts to the writers round-robin, payloads of 1–60 KiB and a
+// few of 2–8 MiB whose bytes derive from the id, and keep a ledger of every
+// attempt: acknowledged (200 or 201), refused before anything was written
+// (503 shard_owned, draining, …; connection refused), or of unknown outcome
+// (a transport error, a timeout, 503 fenced: the request may or may not
+// have landed). Reader goroutines meanwhile read random acknowledged ids and
+// random absent ids from both readers. While the load runs:
+//
+//  1. writer w-1 is killed with SIGKILL while it has requests in flight,
+//     one of them a large upload whose body the test holds back a mebibyte
+//     short, and a replacement for shard w-1 is started: it answers 503
+//     shard_owned until the dead process's lease expires, then takes the
+//     shard;
+//  2. the merger is killed with SIGKILL in the middle of a pass (the test
+//     watches the store and kills it when a merge has written its data
+//     files or just committed, before its reclamation is done), and a new
+//     merger is started, which waits for the dead one's lease;
+//  3. writer w-2 is stopped with SIGSTOP while it has requests in flight,
+//     again one of them a held-back upload, for longer than its lease; a
+//     replacement takes shard w-2 meanwhile; the old process is then
+//     continued, the held upload completed and new writes sent to it, all
+//     of which it must refuse, and it is terminated with SIGTERM.
+//
+// Afterwards every acknowledged id must read back byte-equal from every
+// reader, no id refused outright may be visible, neither may the held
+// uploads nor the writes sent to the continued w-2, every visible id has
+// the right bytes, the readers agree on the table (status and listing), the
+// merger has merged and reclaimed every generation, and no read anywhere
+// was answered with a 5xx. The test logs the counts behind each of these.
+//
+// The test needs Azurite. It skips when ROLLSTORE_AZURITE_CONNECTION_STRING
+// is unset, and fails instead when ROLLSTORE_REQUIRE_AZURITE=1, as under
+// make test:
+//
+//	./test/azurite/azurite.sh run -- env ROLLSTORE_REQUIRE_AZURITE=1 go test -count=1 -v ./test/e2e/
+//
+// TestMain builds the binary once per run; ROLLSTORE_E2E_RACE=1 builds it
+// with the race detector. ROLLSTORE_E2E_LOGS=<dir> keeps the processes'
+// logs there instead of in a temporary directory; on failure the test
+// prints the warnings, errors and last lines of each.
+//
+// The load is paced, a few writes and some twenty reads a second, because
+// Azurite serves every process from one thread and the merger must keep
+// up; a run takes 70–90 seconds.
+//
+// Timing: nothing waits on a fixed sleep for something to happen; the test
+// polls /readyz, the store or its own counters with a deadline. The two
+// waits that are time by nature — a lease running out, and a pause longer
+// than a lease — are computed from the configured lease duration.
+package e2e
