@@ -4,7 +4,7 @@ PKGS     ?= ./...
 AZURITE  := ./test/azurite/azurite.sh
 TIMEOUT  ?= 25m
 
-.PHONY: all build run test unit lint bench azurite-install clean
+.PHONY: all build run test unit lint bench fixture azurite-install clean
 
 all: build
 
@@ -37,6 +37,16 @@ unit:
 BENCH_FLAGS ?=
 bench:
 	$(AZURITE) run -- $(GO) run ./cmd/rollbench $(BENCH_FLAGS)
+
+# The staging fixture (rollstore fixture) against a fresh Azurite, as an
+# operator runs it against a storage account, sized for Azurite on a small
+# machine (1 × 300 MB and 1,000 × 53,248 B, ≈ 2–3 min; the full defaults,
+# FIXTURE_FLAGS=, are meant for a real storage account). FIXTURE_FLAGS
+# replaces the sizing flags and may add any other (rollstore fixture --help).
+FIXTURE_FLAGS ?= --large-count 1 --small-count 1000
+fixture:
+	$(AZURITE) run -- sh -c 'ROLLSTORE_AZURE_CONNECTION_STRING="$$ROLLSTORE_AZURITE_CONNECTION_STRING" exec $(GO) run ./cmd/rollstore fixture \
+		--store azure --azure-auth connection-string --azure-container fixture --azure-create-container $(FIXTURE_FLAGS)'
 
 azurite-install:
 	$(AZURITE) install

@@ -13,25 +13,26 @@ func envName(flagName string) string {
 	return "ROLLSTORE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// withEnvNames appends each flag's environment variable to its usage, so
-// --help documents both.
-func withEnvNames(fs *flag.FlagSet) {
+// withEnvNames appends each flag's environment variable, as envOf names
+// it, to its usage, so --help documents both.
+func withEnvNames(fs *flag.FlagSet, envOf func(flagName string) string) {
 	fs.VisitAll(func(f *flag.Flag) {
-		f.Usage += " [$" + envName(f.Name) + "]"
+		f.Usage += " [$" + envOf(f.Name) + "]"
 	})
 }
 
-// applyEnv sets every flag whose environment variable is set. It runs
-// before parsing, so the command line wins.
-func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+// applyEnv sets every flag whose environment variable (as envOf names it)
+// is set. It runs before parsing, so the command line wins.
+func applyEnv(fs *flag.FlagSet, envOf func(flagName string) string, lookup func(string) (string, bool)) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil {
 			return
 		}
-		if v, ok := lookup(envName(f.Name)); ok {
+		name := envOf(f.Name)
+		if v, ok := lookup(name); ok {
 			if serr := f.Value.Set(v); serr != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, serr)
+				err = fmt.Errorf("%s=%q: %w", name, v, serr)
 			}
 		}
 	})

@@ -4,10 +4,12 @@
 // Usage:
 //
 //	rollstore serve [flags]    run the HTTP service (see rollstore serve --help)
+//	rollstore fixture [flags]  run the staging fixture on a fresh prefix (see rollstore fixture --help)
 //
 // Every flag has an environment-variable equivalent (ROLLSTORE_ and the
-// flag's name in upper case with '-' as '_'); a flag given on the command
-// line wins over the environment.
+// flag's name in upper case with '-' as '_'; ROLLSTORE_FIXTURE_ for the
+// fixture's own flags); a flag given on the command line wins over the
+// environment.
 package main
 
 import (
@@ -45,7 +47,8 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve": {"run the HTTP service", runServe},
+		"serve":   {"run the HTTP service", runServe},
+		"fixture": {"run the staging fixture on a fresh prefix", runFixture},
 	}
 }
 

@@ -28,11 +28,8 @@ import (
 // defaults make a fresh checkout work with no flags: a local folder under
 // ./data, one writer shard, the merger in-process, listening on localhost.
 type serveConfig struct {
+	storeConfig
 	listen string
-	store  string // local, azure or memory
-	data   string
-	prefix string
-	azure  azure.Config
 	role   string // all, writer, reader or merger
 	shard  string
 
@@ -47,23 +44,38 @@ type serveConfig struct {
 	engine engine.Config
 }
 
-func defaultServeConfig() serveConfig {
-	return serveConfig{
-		listen:    "127.0.0.1:8080",
-		store:     "local",
-		data:      "./data",
-		role:      "all",
-		shard:     "",
-		logLevel:  "info",
-		logFormat: "text",
-		azure:     azure.Config{Auth: azure.AuthDefault},
-		server:    server.DefaultConfig(),
-		engine:    engine.DefaultConfig(),
+// storeConfig says where the tables live. Every subcommand that opens the
+// store shares it, so its flags and environment variables mean the same
+// everywhere.
+type storeConfig struct {
+	store  string // local, azure or memory
+	data   string
+	prefix string
+	azure  azure.Config
+}
+
+func defaultStoreConfig() storeConfig {
+	return storeConfig{
+		store: "local",
+		data:  "./data",
+		azure: azure.Config{Auth: azure.AuthDefault},
 	}
 }
 
-func (c *serveConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.listen, "listen", c.listen, "`address` to listen on (use :8080 to listen on every interface)")
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		storeConfig: defaultStoreConfig(),
+		listen:      "127.0.0.1:8080",
+		role:        "all",
+		shard:       "",
+		logLevel:    "info",
+		logFormat:   "text",
+		server:      server.DefaultConfig(),
+		engine:      engine.DefaultConfig(),
+	}
+}
+
+func (c *storeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.store, "store", c.store, "object store: local (a folder), azure, or memory (lost at exit)")
 	fs.StringVar(&c.data, "data", c.data, "`folder` of the local store")
 	fs.StringVar(&c.prefix, "prefix", c.prefix, "key prefix under which every table lives (a fresh prefix per staging run)")
@@ -75,6 +87,24 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.azure.AccountKey, "azure-account-key", c.azure.AccountKey, "Azure account key (auth shared-key; prefer the environment variable)")
 	fs.StringVar(&c.azure.Endpoint, "azure-endpoint", c.azure.Endpoint, "Azure blob endpoint `URL` (default https://<account>.blob.core.windows.net)")
 	fs.BoolVar(&c.azure.CreateContainer, "azure-create-container", c.azure.CreateContainer, "create the Azure container if it is missing")
+}
+
+func (c *storeConfig) validate() error {
+	switch c.store {
+	case "local", "memory":
+	case "azure":
+		if c.azure.Container == "" {
+			return errors.New("--store azure needs --azure-container")
+		}
+	default:
+		return fmt.Errorf("--store %q: want local, azure or memory", c.store)
+	}
+	return nil
+}
+
+func (c *serveConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.listen, "listen", c.listen, "`address` to listen on (use :8080 to listen on every interface)")
+	c.storeConfig.flags(fs)
 
 	fs.StringVar(&c.role, "role", c.role, "what this process does: all (write, read, merge), writer (no merger), reader (refuses writes, no merger), merger (refuses writes)")
 	fs.StringVar(&c.shard, "shard", c.shard, "writer shard this process owns, unique per writer ([A-Za-z0-9_][A-Za-z0-9._-]*); default: local-0 for role all, the pod name ($HOSTNAME, e.g. rollstore-writer-2) for role writer")
@@ -107,14 +137,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 
 // validate checks the settings and derives the dependent ones.
 func (c *serveConfig) validate() error {
-	switch c.store {
-	case "local", "memory":
-	case "azure":
-		if c.azure.Container == "" {
-			return errors.New("--store azure needs --azure-container")
-		}
-	default:
-		return fmt.Errorf("--store %q: want local, azure or memory", c.store)
+	if err := c.storeConfig.validate(); err != nil {
+		return err
 	}
 	switch c.role {
 	case "all", "writer":
@@ -152,18 +176,23 @@ func (c *serveConfig) validate() error {
 }
 
 func (c *serveConfig) logger(w io.Writer) (*slog.Logger, error) {
+	return newLogger(w, c.logLevel, c.logFormat)
+}
+
+// newLogger builds the logger of --log-level and --log-format.
+func newLogger(w io.Writer, levelName, format string) (*slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
+	if err := level.UnmarshalText([]byte(levelName)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", levelName)
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	switch c.logFormat {
+	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 func runServe(ctx context.Context, env cmdEnv, args []string) error {
@@ -182,7 +211,7 @@ func runServe(ctx context.Context, env cmdEnv, args []string) error {
 		}
 	}
 
-	store, raw, closeStore, err := openStore(ctx, cfg)
+	store, raw, closeStore, err := openStore(ctx, &cfg.storeConfig)
 	if err != nil {
 		return err
 	}
@@ -228,8 +257,8 @@ func parseServe(env cmdEnv, args []string) (*serveConfig, error) {
 	fs.SetOutput(env.stderr)
 	fs.Usage = func() {}
 	cfg.flags(fs)
-	withEnvNames(fs)
-	if err := applyEnv(fs, env.lookupEnv); err != nil {
+	withEnvNames(fs, envName)
+	if err := applyEnv(fs, envName, env.lookupEnv); err != nil {
 		fmt.Fprintf(env.stderr, "rollstore serve: %v\n", err)
 		return nil, errUsage
 	}
@@ -269,7 +298,7 @@ func serveUsage(w io.Writer, fs *flag.FlagSet) {
 
 // openStore opens the configured object store and returns it under the
 // prefix if any, and also bare (for probes the prefix would hide).
-func openStore(ctx context.Context, cfg *serveConfig) (store, raw objstore.Bucket, closeFn func(), err error) {
+func openStore(ctx context.Context, cfg *storeConfig) (store, raw objstore.Bucket, closeFn func(), err error) {
 	var b objstore.Bucket
 	closeFn = func() {}
 	switch cfg.store {
