@@ -8,6 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/objstore"
 )
@@ -244,32 +246,31 @@ func (t *Table) buildVersion(ctx context.Context, base *snapshot, plan []walGen,
 	var rows []rowfile.Record
 	seen := map[string]bool{}
 	wm := map[string]uint64{}
+	var segs []segView
 	for _, g := range plan {
-		segs, err := t.loadGeneration(ctx, g)
+		gs, err := t.loadGeneration(ctx, g)
 		if err != nil {
 			return nil, nil, st, err
 		}
-		for _, seg := range segs {
-			data, _, err := objstore.ReadAll(ctx, t.db.store, seg.key, seg.layout.Size+1)
-			if err != nil {
-				return nil, nil, st, err
-			}
-			recs, err := rowfile.Decode(data, true)
-			if err != nil {
-				return nil, nil, st, fmt.Errorf("%s: %w", seg.key, err)
-			}
-			for _, r := range recs {
-				if _, inBase := base.findBase(r.ID); inBase || seen[r.ID] {
-					st.dups++
-					continue
-				}
-				seen[r.ID] = true
-				rows = append(rows, r)
-				st.rows++
-				st.payloadBytes += r.PayloadSize
-			}
-		}
+		segs = append(segs, gs...)
 		wm[g.shard] = max(wm[g.shard], g.gen)
+	}
+	decoded, err := t.readSegments(ctx, segs)
+	if err != nil {
+		return nil, nil, st, err
+	}
+	// In (shard, generation, segment) order: the first copy of an id wins.
+	for _, recs := range decoded {
+		for _, r := range recs {
+			if _, inBase := base.findBase(r.ID); inBase || seen[r.ID] {
+				st.dups++
+				continue
+			}
+			seen[r.ID] = true
+			rows = append(rows, r)
+			st.rows++
+			st.payloadBytes += r.PayloadSize
+		}
 	}
 	dropped := map[string]bool{}
 	for _, f := range compact {
@@ -322,6 +323,29 @@ func (t *Table) buildVersion(ctx context.Context, base *snapshot, plan []walGen,
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].MinID < m.Files[j].MinID })
 	return m, written, st, nil
+}
+
+// readSegments fetches and decodes segments, several at a time (a pass may
+// hold hundreds of small segments), returning them in the order given.
+func (t *Table) readSegments(ctx context.Context, segs []segView) ([][]rowfile.Record, error) {
+	out := make([][]rowfile.Record, len(segs))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, seg := range segs {
+		g.Go(func() error {
+			data, _, err := objstore.ReadAll(ctx, t.db.store, seg.key, seg.layout.Size+1)
+			if err != nil {
+				return err
+			}
+			recs, err := rowfile.Decode(data, true)
+			if err != nil {
+				return fmt.Errorf("%s: %w", seg.key, err)
+			}
+			out[i] = recs
+			return nil
+		})
+	}
+	return out, g.Wait()
 }
 
 func (t *Table) writeDataFile(ctx context.Context, version uint64, rows []rowfile.Record) (FileMeta, []string, error) {

@@ -222,6 +222,12 @@ func run(ctx context.Context, o *options) (err error) {
 	md := rep.markdown()
 	fmt.Print(md)
 	if o.out != "" {
+		// Sections other tools own (the staging fixture's) are kept.
+		if old, err := os.ReadFile(o.out); err == nil {
+			if i := strings.Index(string(old), "\n## Staging fixture on Azurite"); i >= 0 {
+				md = strings.TrimRight(md, "\n") + "\n" + string(old[i:])
+			}
+		}
 		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
 			return err
 		}

@@ -101,10 +101,11 @@ func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
 func (s *Server) logRequest(r *http.Request, route string, status int, n int64, d time.Duration, err error, aborted bool) {
 	level := slog.LevelInfo
 	switch {
+	case route == "/healthz" || route == "/readyz" || route == "/metrics":
+		// Probes fail by design while starting or draining: not errors.
+		level = slog.LevelDebug
 	case status >= 500 || (aborted && status != statusClientClosed):
 		level = slog.LevelError
-	case route == "/healthz" || route == "/readyz" || route == "/metrics":
-		level = slog.LevelDebug
 	}
 	if !s.log.Enabled(r.Context(), level) {
 		return
