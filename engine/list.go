@@ -156,17 +156,7 @@ func (t *Table) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 
 func (t *Table) listSnapshot(ctx context.Context, version uint64) (*snapshot, error) {
 	if version > 0 {
-		s, err := t.pinned.GetOrLoad(ctx, version, func(ctx context.Context) (*snapshot, int64, error) {
-			s, err := t.loadBase(ctx, version)
-			if err != nil {
-				return nil, 0, err
-			}
-			return s, s.manifestSize(), nil
-		})
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, t.versionMissing(ctx, version)
-		}
-		return s, err
+		return t.pinnedSnapshot(ctx, version)
 	}
 	s, err := t.refreshed(ctx, t.refresh.ticket())
 	if err != nil {
@@ -294,19 +284,9 @@ type scanMemo struct {
 
 func (m *scanMemo) row(ctx context.Context, t *Table, loc location) (*Record, error) {
 	if m.key != loc.key || m.off != loc.batch.Offset {
-		rc, err := t.db.store.GetRange(ctx, loc.key, loc.batch.Offset, loc.batch.Length)
+		rows, err := t.fetchBatch(ctx, loc, true)
 		if err != nil {
 			return nil, err
-		}
-		data := make([]byte, loc.batch.Length)
-		_, err = io.ReadFull(rc, data)
-		rc.Close()
-		if err != nil {
-			return nil, readErr(loc.key, err)
-		}
-		rows, err := rowfile.DecodeBatch(data, true)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", loc.key, err)
 		}
 		m.key, m.off, m.rows = loc.key, loc.batch.Offset, rows
 	}

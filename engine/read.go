@@ -132,16 +132,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 
 // withPinned reads from exactly one base version, once.
 func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(context.Context, location) error) error {
-	s, err := t.pinned.GetOrLoad(ctx, v, func(ctx context.Context) (*snapshot, int64, error) {
-		s, err := t.loadBase(ctx, v)
-		if err != nil {
-			return nil, 0, err
-		}
-		return s, s.manifestSize(), nil
-	})
-	if errors.Is(err, objstore.ErrNotFound) {
-		return t.versionMissing(ctx, v)
-	}
+	s, err := t.pinnedSnapshot(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -166,6 +157,22 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 	return err
 }
 
+// pinnedSnapshot returns the base-only snapshot of version v, cached;
+// ErrVersionGone or ErrNoVersion when its manifest is missing.
+func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error) {
+	s, err := t.pinned.GetOrLoad(ctx, v, func(ctx context.Context) (*snapshot, int64, error) {
+		s, err := t.loadBase(ctx, v)
+		if err != nil {
+			return nil, 0, err
+		}
+		return s, s.manifestSize(), nil
+	})
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, t.versionMissing(ctx, v)
+	}
+	return s, err
+}
+
 func (t *Table) versionMissing(ctx context.Context, v uint64) error {
 	latest, err := t.latestVersion(ctx, t.snap.Load().version())
 	if err != nil {
@@ -182,18 +189,9 @@ func (t *Table) versionMissing(ctx context.Context, v uint64) error {
 func (t *Table) readRow(ctx context.Context, loc location) (*Record, error) {
 	ck := loc.key + "#" + strconv.FormatInt(loc.batch.Offset, 10)
 	rows, err := t.db.batches.GetOrLoad(ctx, t.ck(ck), func(ctx context.Context) ([]rowfile.Record, int64, error) {
-		rc, err := t.db.store.GetRange(ctx, loc.key, loc.batch.Offset, loc.batch.Length)
+		rows, err := t.fetchBatch(ctx, loc, false)
 		if err != nil {
 			return nil, 0, err
-		}
-		defer rc.Close()
-		data := make([]byte, loc.batch.Length)
-		if _, err := io.ReadFull(rc, data); err != nil {
-			return nil, 0, readErr(loc.key, err)
-		}
-		rows, err := rowfile.DecodeBatch(data, false)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", loc.key, err)
 		}
 		var size int64
 		for i := range rows {
@@ -209,6 +207,24 @@ func (t *Table) readRow(ctx context.Context, loc location) (*Record, error) {
 	}
 	rec := rows[loc.loc.Row]
 	return &rec, nil
+}
+
+// fetchBatch reads and decodes the batch holding loc's row: one ranged GET.
+func (t *Table) fetchBatch(ctx context.Context, loc location, withPayload bool) ([]rowfile.Record, error) {
+	rc, err := t.db.store.GetRange(ctx, loc.key, loc.batch.Offset, loc.batch.Length)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data := make([]byte, loc.batch.Length)
+	if _, err := io.ReadFull(rc, data); err != nil {
+		return nil, readErr(loc.key, err)
+	}
+	rows, err := rowfile.DecodeBatch(data, withPayload)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", loc.key, err)
+	}
+	return rows, nil
 }
 
 // readErr keeps ErrNotFound visible through a short read: a body cut off
