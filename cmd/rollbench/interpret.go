@@ -98,7 +98,7 @@ func (r *report) interpret() []string {
 		note := ""
 		if bytes > 2*float64(r.o.readSize) {
 			note = fmt.Sprintf(" It received %.0f KB per read for a %.0f KB payload: the first lookup in a record batch fetches the whole batch to "+
-				"decode the row's metadata, and a batch carries the inline payload bytes of all its rows (up to 1 MiB by default), so a cold "+
+				"decode the row's metadata, and a batch carries the inline payload bytes of all its rows (up to 64 KiB by default), so a cold "+
 				"process reads %.0f× the payload. The payload column is last, so the metadata buffers precede the payload bytes in a batch: "+
 				"a metadata-only range, or row metadata kept in the cached file index, would avoid this.",
 				bytes/1e3, float64(r.o.readSize)/1e3, bytes/float64(r.o.readSize))
@@ -144,7 +144,7 @@ func (r *report) interpret() []string {
 			strings.Join(parts, "; "), fms(raw.p50), fms(lraw.p50), fms(lraw.max), l.load.hugeSize/1e6)
 		if st := l.stats[kRecent]; st != nil {
 			add("Recent rows (the generation just sealed, merged and reclaimed while being read) were served %d times from the WAL, %d from "+
-				"the base, %d by the late base check after a WAL miss; retries after a reclaimed file: %d; missing-file errors: %d; "+
+				"the base, %d from a base newer than the one the reader knew when the read began; retries after a reclaimed file: %d; missing-file errors: %d; "+
 				"%d generations were reclaimed during the phase.",
 				st.get("WAL hits"), st.get("base hits"), st.get("late base hits"), st.get("retries"), st.get("missing-file errors"), l.load.reclaimed)
 		}
