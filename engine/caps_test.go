@@ -72,3 +72,45 @@ func TestPayloadBudget(t *testing.T) {
 		t.Fatal("budget leaked")
 	}
 }
+
+// Resident snapshots are bounded: with a tiny cache, opening many tables
+// evicts the least recently refreshed ones' snapshots, and reads of those
+// tables simply reload.
+func TestResidentSnapshotsBounded(t *testing.T) {
+	cfg := testConfig("s0")
+	cfg.CacheBytes = 16 << 20 // resident: 1 MiB
+	store := memory.New()
+	db, err := Open(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	ctx := context.Background()
+	var tables []*Table
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("t%d", i)
+		if err := db.CreateTable(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		tb, err := db.Table(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, tb)
+		if err := tb.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := db.resident.Len(); got != 3 {
+		t.Fatalf("%d resident, want 3", got)
+	}
+	db.resident.Add(&Table{}, struct{}{}, 1<<20) // something bigger arrives
+	for _, tb := range tables {
+		if tb.snap.Load() != nil {
+			t.Fatalf("%s kept its snapshot past the bound", tb.Name())
+		}
+		if _, err := tb.Get(ctx, "absent", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+}

@@ -213,6 +213,10 @@ type DB struct {
 	layouts *cache.Cache[string, *rowfile.Layout]
 	seals   *cache.Cache[string, *sealRecord]
 	batches *cache.Cache[string, []rowfile.Record]
+	// resident bounds the tables whose snapshot stays resident: evicting a
+	// table drops its snapshot (the next read reloads it). Reads never touch
+	// this cache; installing a snapshot marks the table used.
+	resident *cache.Cache[*Table, struct{}]
 
 	budget *budget
 
@@ -241,8 +245,10 @@ func Open(store objstore.Bucket, cfg Config) (*DB, error) {
 		layouts: cache.New[string, *rowfile.Layout](cfg.CacheBytes / 2),
 		seals:   cache.New[string, *sealRecord](cfg.CacheBytes / 4),
 		batches: cache.New[string, []rowfile.Record](cfg.CacheBytes / 4),
-		budget:  newBudget(cfg.MaxPayloadInFlight),
-		tables:  map[string]*Table{},
+		resident: cache.New[*Table, struct{}](max(cfg.CacheBytes/16, 1<<20),
+			cache.WithOnEvict(func(t *Table, _ struct{}) { t.snap.Store(nil) })),
+		budget: newBudget(cfg.MaxPayloadInFlight),
+		tables: map[string]*Table{},
 	}, nil
 }
 

@@ -57,6 +57,7 @@ func (t *Table) install(s *snapshot) {
 			return
 		}
 		if t.snap.CompareAndSwap(cur, s) {
+			t.db.resident.Add(t, struct{}{}, s.manifestSize())
 			return
 		}
 	}
