@@ -104,7 +104,7 @@ func TestResidentSnapshotsBounded(t *testing.T) {
 	if got := db.resident.Len(); got != 3 {
 		t.Fatalf("%d resident, want 3", got)
 	}
-	db.resident.Add(&Table{}, struct{}{}, 1<<20) // something bigger arrives
+	db.resident.Add(&Table{}, &snapshot{}, 1<<20) // something bigger arrives
 	for _, tb := range tables {
 		if tb.snap.Load() != nil {
 			t.Fatalf("%s kept its snapshot past the bound", tb.Name())

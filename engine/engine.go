@@ -216,7 +216,7 @@ type DB struct {
 	// resident bounds the tables whose snapshot stays resident: evicting a
 	// table drops its snapshot (the next read reloads it). Reads never touch
 	// this cache; installing a snapshot marks the table used.
-	resident *cache.Cache[*Table, struct{}]
+	resident *cache.Cache[*Table, *snapshot]
 
 	budget *budget
 
@@ -245,8 +245,10 @@ func Open(store objstore.Bucket, cfg Config) (*DB, error) {
 		layouts: cache.New[string, *rowfile.Layout](cfg.CacheBytes / 2),
 		seals:   cache.New[string, *sealRecord](cfg.CacheBytes / 4),
 		batches: cache.New[string, []rowfile.Record](cfg.CacheBytes / 4),
-		resident: cache.New[*Table, struct{}](max(cfg.CacheBytes/16, 1<<20),
-			cache.WithOnEvict(func(t *Table, _ struct{}) { t.snap.Store(nil) })),
+		resident: cache.New[*Table, *snapshot](max(cfg.CacheBytes/16, 1<<20),
+			// Only the evicted snapshot is dropped: a newer one installed
+			// meanwhile (which replaced this entry) stays.
+			cache.WithOnEvict(func(t *Table, s *snapshot) { t.snap.CompareAndSwap(s, nil) })),
 		budget: newBudget(cfg.MaxPayloadInFlight),
 		tables: map[string]*Table{},
 	}, nil

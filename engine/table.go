@@ -57,7 +57,7 @@ func (t *Table) install(s *snapshot) {
 			return
 		}
 		if t.snap.CompareAndSwap(cur, s) {
-			t.db.resident.Add(t, struct{}{}, s.manifestSize())
+			t.db.resident.Add(t, s, s.manifestSize())
 			return
 		}
 	}
