@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"io"
 	"errors"
 	"fmt"
 	"testing"
@@ -66,6 +67,18 @@ func TestPayloadBudget(t *testing.T) {
 	}
 	q.Close()
 	p.Close()
+	// A scan reserves from the same budget: refused while a read holds it.
+	hold, err := e.tb.OpenPayload(ctx, "a", 0, -1, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tb.Scan(ctx, io.Discard, ScanOptions{WithPayloads: true}); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("scan past the budget: %v", err)
+	}
+	hold.Close()
+	if err := e.tb.Scan(ctx, io.Discard, ScanOptions{WithPayloads: true}); err != nil {
+		t.Fatalf("scan alone: %v", err)
+	}
 	// A payload larger than the whole budget is still readable alone.
 	e.mustRead("huge", 300<<10)
 	if e.db.InFlightPayloadBytes() != 0 {

@@ -228,12 +228,28 @@ type ScanOptions struct {
 // MaxScanPayload bounds one external payload inlined into a scan.
 const MaxScanPayload = 64 << 20
 
-// scanBatchRows is the number of rows per exported record batch.
-const scanBatchRows = 1024
+// scanBatchRows is the number of rows per exported record batch;
+// scanBatchReserve what a scan reserves from the in-flight budget for them.
+const (
+	scanBatchRows    = 1024
+	scanBatchReserve = 8 << 20
+)
 
 // Scan writes the table's rows as an Arrow IPC stream (schema
 // rowfile.Schema), in id order.
 func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
+	// A scan holds up to one output batch and one batch of input in memory;
+	// with payloads that is up to 64 MiB of batch plus one external payload.
+	need := int64(scanBatchReserve)
+	if opts.WithPayloads {
+		need = 2*MaxScanPayload + scanBatchReserve
+	}
+	release, err := t.db.budget.reserve(need)
+	if err != nil {
+		t.db.stats.ReadOverloaded.Add(1)
+		return err
+	}
+	defer release()
 	s, err := t.listSnapshot(ctx, opts.Version)
 	if err != nil {
 		return err
