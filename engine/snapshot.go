@@ -216,12 +216,14 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64) (*snapshot, 
 // cap's error as capErr (the snapshot still serves the base).
 func (t *Table) loadPending(ctx context.Context, m *Manifest, gens []walGen) (pending []genView, capErr error, err error) {
 	perShard := map[string]int{}
+	var src []walGen // the listing of each pending generation
 	for _, g := range gens {
 		if g.gen <= m.watermark(g.shard) {
 			continue // merged; awaiting reclamation
 		}
 		perShard[g.shard]++
 		pending = append(pending, genView{shard: g.shard, gen: g.gen, sealed: g.sealed})
+		src = append(src, g)
 	}
 	cfg := t.db.cfg
 	for shard, n := range perShard {
@@ -232,10 +234,6 @@ func (t *Table) loadPending(ctx context.Context, m *Manifest, gens []walGen) (pe
 	if len(pending) > cfg.ReadMaxPendingTotal {
 		return nil, fmt.Errorf("%w: %d pending generations (cap %d)", ErrOverloaded, len(pending), cfg.ReadMaxPendingTotal), nil
 	}
-	byGen := map[[2]any]walGen{}
-	for _, g := range gens {
-		byGen[[2]any{g.shard, g.gen}] = g
-	}
 	// Load layouts concurrently: a cold snapshot may need many small GETs.
 	var (
 		wg       sync.WaitGroup
@@ -245,13 +243,12 @@ func (t *Table) loadPending(ctx context.Context, m *Manifest, gens []walGen) (pe
 	)
 	for i := range pending {
 		g := &pending[i]
-		src := byGen[[2]any{g.shard, g.gen}]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			segs, err := t.loadGeneration(ctx, src)
+			segs, err := t.loadGeneration(ctx, src[i])
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
