@@ -4,36 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
-// fakeClock drives lease expiry and object ages deterministically.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func leaseConfig(shard string, clk *fakeClock) Config {
+func leaseConfig(shard string, clk *objstoretest.Clock) Config {
 	cfg := testConfig(shard)
 	cfg.LeaseDuration = 15 * time.Second
 	cfg.Now = clk.Now
@@ -46,7 +26,7 @@ func appendID(tb *Table, id string) error {
 }
 
 func TestShardLeaseExclusive(t *testing.T) {
-	clk := newFakeClock()
+	clk := objstoretest.NewClock()
 	store := memory.New(memory.WithClock(clk.Now))
 	a := newEnv(t, store, leaseConfig("s0", clk))
 	b := newEnv(t, store, leaseConfig("s0", clk))
@@ -69,7 +49,7 @@ func TestShardLeaseExclusive(t *testing.T) {
 // partition or a long pause) stops acknowledging before anyone else can own
 // the shard; the new owner seals its generation and carries on.
 func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
-	clk := newFakeClock()
+	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
 	a := newEnv(t, fb, leaseConfig("s0", clk))
@@ -106,7 +86,7 @@ func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 // A store error the writer cannot get past stops it, but not the shard:
 // the next append starts a new writer that seals what the old one left.
 func TestWriterRecoversFromTransientSealFailure(t *testing.T) {
-	clk := newFakeClock()
+	clk := objstoretest.NewClock()
 	fb := faulty.New(memory.New(memory.WithClock(clk.Now)))
 	e := newEnv(t, fb, leaseConfig("s0", clk))
 	if err := appendID(e.tb, "a"); err != nil {
@@ -127,7 +107,7 @@ func TestWriterRecoversFromTransientSealFailure(t *testing.T) {
 // after the new owner sealed the generation: it is not acknowledged, and
 // its rows never become visible.
 func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
-	clk := newFakeClock()
+	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
 	a := newEnv(t, fb, leaseConfig("s0", clk))
@@ -172,7 +152,7 @@ func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
 }
 
 func TestMergerLeaseSingleton(t *testing.T) {
-	clk := newFakeClock()
+	clk := objstoretest.NewClock()
 	store := memory.New(memory.WithClock(clk.Now))
 	w := newEnv(t, store, leaseConfig("s0", clk))
 	w.put("x", 10)
@@ -206,7 +186,7 @@ func TestMergerLeaseSingleton(t *testing.T) {
 // A shard whose pod is gone keeps its generations mergeable: the merger
 // takes the free shard lease and seals the open generation.
 func TestMergerSealsAbandonedShard(t *testing.T) {
-	clk := newFakeClock()
+	clk := objstoretest.NewClock()
 	store := memory.New(memory.WithClock(clk.Now))
 	w := newEnv(t, store, leaseConfig("gone", clk))
 	for _, id := range []string{"a", "b"} {
@@ -234,7 +214,7 @@ func TestMergerSealsAbandonedShard(t *testing.T) {
 func TestLandedSegmentAnswerFollowsTheSeal(t *testing.T) {
 	for _, takeover := range []bool{true, false} {
 		t.Run(map[bool]string{true: "new owner sealed it", false: "writer seals it"}[takeover], func(t *testing.T) {
-			clk := newFakeClock()
+			clk := objstoretest.NewClock()
 			mem := memory.New(memory.WithClock(clk.Now))
 			fb := faulty.New(mem)
 			a := newEnv(t, fb, leaseConfig("s0", clk))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
 // A segment put that landed but reported failure leaves the append's
@@ -62,7 +63,7 @@ func TestCancelledQueuedAppendKeepsPayload(t *testing.T) {
 // A sweep in one process must not take a payload that a merge in another
 // process has just moved from the WAL into a new base version.
 func TestSweepDoesNotRaceForeignMerge(t *testing.T) {
-	clk := newFakeClock()
+	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
 	cfg := testConfig("s0")

@@ -14,33 +14,14 @@ import (
 
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/local"
+	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
-
-// clock is a fake time source that moves only when told to.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 const leaseFor = 15 * time.Second
 
 // openClocked opens n Buckets over one new folder, all on clk, as n
 // processes sharing the folder and the machine's clock would be.
-func openClocked(t *testing.T, clk *clock, n int) []*local.Bucket {
+func openClocked(t *testing.T, clk *objstoretest.Clock, n int) []*local.Bucket {
 	t.Helper()
 	root := t.TempDir()
 	var bs []*local.Bucket
@@ -71,97 +52,25 @@ func wantErr(t *testing.T, what string, err, sentinel error) {
 	}
 }
 
-// TestLeaseExpiry: a lease excludes other Buckets until exactly its period
-// has passed; then a new owner can take it, and the old one has lost it.
 func TestLeaseExpiry(t *testing.T) {
-	ctx := t.Context()
-	clk := newClock()
-	bs := openClocked(t, clk, 2)
-	old := acquire(t, bs[0], "lease")
-
-	clk.Advance(leaseFor - time.Nanosecond)
-	_, err := bs[1].AcquireLease(ctx, "lease", leaseFor)
-	wantErr(t, "AcquireLease just before expiry", err, objstore.ErrLeased)
-
-	clk.Advance(time.Nanosecond)
-	cur := acquire(t, bs[1], "lease")
-	wantErr(t, "Renew by the expired owner", old.Renew(ctx), objstore.ErrLeaseLost)
-	if err := old.Release(ctx); err != nil {
-		t.Fatalf("Release by the expired owner: %v", err)
-	}
-	_, err = bs[0].AcquireLease(ctx, "lease", leaseFor)
-	wantErr(t, "AcquireLease after the expired owner's Release", err, objstore.ErrLeased)
-	if err := cur.Renew(ctx); err != nil {
-		t.Fatalf("Renew by the new owner: %v", err)
-	}
-}
-
-// TestLeaseRenewAfterExpiry: as on Azure, a lease that expired but that
-// nobody took renews, for a full period from the renewal.
-func TestLeaseRenewAfterExpiry(t *testing.T) {
-	ctx := t.Context()
-	clk := newClock()
-	bs := openClocked(t, clk, 2)
-	l := acquire(t, bs[0], "lease")
-	clk.Advance(time.Hour)
-	if err := l.Renew(ctx); err != nil {
-		t.Fatalf("Renew of an expired lease nobody took: %v", err)
-	}
-	clk.Advance(leaseFor - time.Nanosecond)
-	_, err := bs[1].AcquireLease(ctx, "lease", leaseFor)
-	wantErr(t, "AcquireLease before the renewed period ends", err, objstore.ErrLeased)
-	clk.Advance(time.Nanosecond)
-	acquire(t, bs[1], "lease")
-}
-
-// TestLeaseEndedByWrite: as on Azure, writing or deleting an object whose
-// lease has expired ends the lease, so its holder cannot renew it; a write
-// refused by its condition does not.
-func TestLeaseEndedByWrite(t *testing.T) {
-	ctx := t.Context()
-	for _, write := range []struct {
-		name  string
-		fn    func(b *local.Bucket) error
-		ended bool
-	}{
-		{"Put", func(b *local.Bucket) error {
-			_, err := b.Put(ctx, "lease", strings.NewReader("x"), objstore.PutOptions{})
-			return err
-		}, true},
-		{"Delete", func(b *local.Bucket) error { return b.Delete(ctx, "lease") }, true},
-		{"DeleteMany", func(b *local.Bucket) error { return b.DeleteMany(ctx, []string{"lease"}) }, true},
-		{"refused create", func(b *local.Bucket) error {
-			_, err := b.Put(ctx, "lease", strings.NewReader("x"), objstore.PutOptions{IfNotExists: true})
-			if errors.Is(err, objstore.ErrPrecondition) {
-				return nil
+	objstoretest.RunLeaseExpiry(t, func(t *testing.T, now func() time.Time) (a, b objstore.Bucket) {
+		root := t.TempDir()
+		for _, p := range []*objstore.Bucket{&a, &b} {
+			lb, err := local.Open(root, local.WithClock(now))
+			if err != nil {
+				t.Fatal(err)
 			}
-			return fmt.Errorf("create-if-absent over the leased object: %v, want ErrPrecondition", err)
-		}, false},
-	} {
-		t.Run(write.name, func(t *testing.T) {
-			clk := newClock()
-			bs := openClocked(t, clk, 2)
-			l := acquire(t, bs[0], "lease")
-			if err := write.fn(bs[1]); write.ended {
-				wantErr(t, write.name+" while leased", err, objstore.ErrLeased)
-			}
-			clk.Advance(leaseFor)
-			if err := write.fn(bs[1]); err != nil {
-				t.Fatalf("%s after expiry: %v", write.name, err)
-			}
-			if err := l.Renew(ctx); write.ended {
-				wantErr(t, "Renew after the object was written", err, objstore.ErrLeaseLost)
-			} else if err != nil {
-				t.Fatalf("Renew after a refused write: %v", err)
-			}
-		})
-	}
+			t.Cleanup(func() { lb.Close() })
+			*p = lb
+		}
+		return a, b
+	})
 }
 
 // TestLeaseRaceAcrossBuckets races acquirers through several Buckets over
 // one folder, as processes would: the flock must leave exactly one owner.
 func TestLeaseRaceAcrossBuckets(t *testing.T) {
-	clk := newClock()
+	clk := objstoretest.NewClock()
 	bs := openClocked(t, clk, 4)
 	const racers = 16
 	for round := range 10 {
