@@ -9,11 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
-	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 )
@@ -446,6 +444,3 @@ func TestRefresherDoesNotJoinOlderFlight(t *testing.T) {
 		t.Fatalf("the later read joined flight %d, want a fresh one", s.flight)
 	}
 }
-
-var _ = io.EOF
-var _ = hook.NewSet

@@ -67,8 +67,9 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	st := t.db.stats
 	hooks := t.db.cfg.Hooks
 	ticket := t.refresh.ticket()
-	known := t.snap.Load().version()
-	if s := t.snap.Load(); s != nil && *attempts == 0 {
+	resident := t.snap.Load()
+	known := resident.version()
+	if s := resident; s != nil && *attempts == 0 {
 		if loc, ok := s.findBase(id); ok {
 			if err := hooks.Call(ctx, "read:located"); err != nil {
 				return err

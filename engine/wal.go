@@ -326,5 +326,3 @@ func randomName() string {
 func errFenced(key string, err error) error {
 	return fmt.Errorf("%w: %s already written by another writer: %w", ErrFenced, key, err)
 }
-
-var errStopped = errors.New("writer stopped")
