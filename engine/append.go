@@ -46,16 +46,20 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 		return AppendResult{}, fmt.Errorf("%w: %d bytes exceeds %d", ErrTooLarge, size, cfg.MaxPayload)
 	}
 	w, err := t.shardWriter(ctx)
+	if nt := t.successor(ctx, err); nt != nil {
+		return nt.Append(ctx, rec, r, size) // nothing of the body was read yet
+	}
 	if err != nil {
 		return AppendResult{}, err
 	}
+	started := t.db.rt.Now()
 	if err := w.stream(ctx, &rec, r, size); err != nil {
 		return AppendResult{}, err
 	}
 	if err := t.db.point(ctx, "write:after-payload"); err != nil {
 		return AppendResult{}, err // a crash here leaves an orphan payload
 	}
-	res, queued, err := w.submit(ctx, []*Record{&rec})
+	res, queued, err := w.submit(ctx, []*Record{&rec}, started)
 	var be *BatchError
 	if errors.As(err, &be) {
 		err = be.Err
@@ -135,11 +139,15 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 		dupOf = append(dupOf, -1)
 	}
 	w, err := t.shardWriter(ctx)
+	if nt := t.successor(ctx, err); nt != nil {
+		return nt.AppendBatch(ctx, items)
+	}
 	if err != nil {
 		return nil, err
 	}
 	var unique []*Record
 	var pos []int
+	started := t.db.rt.Now()
 	for i, rec := range recs {
 		if dupOf[i] >= 0 {
 			continue
@@ -151,7 +159,7 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 		unique = append(unique, rec)
 		pos = append(pos, i)
 	}
-	res, queued, err := w.submit(ctx, unique)
+	res, queued, err := w.submit(ctx, unique, started)
 	if err != nil {
 		if !queued {
 			w.discardAll(unique)

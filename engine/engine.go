@@ -47,6 +47,9 @@ var (
 	// lost response, a store failure mid-commit); an identical retry is
 	// answered from what landed.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrTooSlow: an append stalled so long that committing it could not be
+	// made safe; nothing was written, and the append may be retried.
+	ErrTooSlow = errors.New("append stalled")
 	// ErrClosed: the database is closed.
 	ErrClosed      = errors.New("closed")
 	ErrNoWriter    = errors.New("this process owns no writer shard")
@@ -483,7 +486,7 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 		}
 		// Dropped and created again elsewhere: this handle is for the
 		// old incarnation.
-		t.retire(fmt.Errorf("%w: %s was dropped", ErrTableNotFound, name))
+		t.retire(fmt.Errorf("%w: %s was dropped", errDropped, name))
 	}
 	t = newTable(db, inc, attrs.ETag)
 	db.tables[name] = t
@@ -518,7 +521,7 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	t.retire(fmt.Errorf("%w: %s was dropped", ErrTableNotFound, name))
+	t.retire(fmt.Errorf("%w: %s was dropped", errDropped, name))
 	_ = t.closeWriter(ctx)
 	db.forget(t)
 	if err := tombstone(ctx, db, t.lay); err != nil {

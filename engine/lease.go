@@ -67,7 +67,9 @@ func (o *owner) renewLoop() {
 	defer o.done.Fire()
 	ctx := context.Background()
 	for {
-		i, _ := o.db.rt.Wait(ctx, o.stop, o.db.rt.After(o.db.cfg.LeaseDuration/3))
+		tick := o.db.rt.After(o.db.cfg.LeaseDuration / 3)
+		i, _ := o.db.rt.Wait(ctx, o.stop, tick)
+		sched.Stop(tick)
 		if i == 0 {
 			return
 		}

@@ -131,6 +131,14 @@ const maxExamined = 10000
 // token is the last id examined, so pages are stable under concurrent
 // appends and merges: rows are immutable and ordered by id.
 func (t *Table) List(ctx context.Context, opts ListOptions) (ListPage, error) {
+	page, err := t.list(ctx, opts)
+	if nt := t.successor(ctx, err); nt != nil {
+		return nt.list(ctx, opts)
+	}
+	return page, err
+}
+
+func (t *Table) list(ctx context.Context, opts ListOptions) (ListPage, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
@@ -240,6 +248,28 @@ const (
 // Scan writes the table's rows as an Arrow IPC stream (schema
 // rowfile.Schema), in id order.
 func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
+	cw := &countingWriter{w: w}
+	err := t.scan(ctx, cw, opts)
+	if cw.n == 0 {
+		if nt := t.successor(ctx, err); nt != nil {
+			return nt.scan(ctx, w, opts)
+		}
+	}
+	return err
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (t *Table) scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 	// A scan holds up to one output batch and one batch of input in memory;
 	// with payloads that is up to 64 MiB of batch plus one external payload.
 	need := int64(scanBatchReserve)
@@ -378,6 +408,14 @@ type VersionInfo struct {
 
 // Versions lists the retained base versions, oldest first.
 func (t *Table) Versions(ctx context.Context) ([]VersionInfo, error) {
+	vs, err := t.versions(ctx)
+	if nt := t.successor(ctx, err); nt != nil {
+		return nt.versions(ctx)
+	}
+	return vs, err
+}
+
+func (t *Table) versions(ctx context.Context) ([]VersionInfo, error) {
 	if err := t.live(); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,14 @@ const maxRetries = 2
 
 // Get returns a row's metadata (payload bytes are not loaded).
 func (t *Table) Get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
+	rec, err := t.get(ctx, id, opts)
+	if nt := t.successor(ctx, err); nt != nil {
+		return nt.get(ctx, id, opts)
+	}
+	return rec, err
+}
+
+func (t *Table) get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
 	if err := rowfile.ValidateID(id); err != nil {
 		return nil, err
 	}
@@ -275,6 +283,14 @@ func payloadRecord(loc location) *Record {
 // reclaimed mid-stream, the read resumes from the row's new home at the
 // same offset, within the same bounded retries.
 func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
+	p, err := t.openPayload(ctx, id, offset, length, opts)
+	if nt := t.successor(ctx, err); nt != nil {
+		return nt.openPayload(ctx, id, offset, length, opts)
+	}
+	return p, err
+}
+
+func (t *Table) openPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
 	if err := rowfile.ValidateID(id); err != nil {
 		return nil, err
 	}

@@ -53,7 +53,8 @@ func (t *Table) Sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 
 func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, error) {
 	var res SweepResult
-	cutoff := t.db.rt.Now().Add(-grace)
+	start := t.db.rt.Now()
+	cutoff := start.Add(-grace)
 	old := func(e objstore.Entry) bool { return !e.LastModified.After(cutoff) }
 
 	// The heads first, then the versions: a generation merged and
@@ -120,6 +121,34 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 				}
 			}
 		}
+	}
+	// Segments of open generations that no head counts yet may be a
+	// commit in flight (written, the head swap pending): they are kept, and
+	// so are their payloads.
+	err = t.db.store.List(ctx, t.lay.WALPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		k, ok := t.lay.ParseWAL(e.Key)
+		if !ok || k.Registry || k.IsHead || k.IsSeal || k.IsOther || members[e.Key] {
+			return nil
+		}
+		if h, known := heads[k.Shard]; known && k.Gen == h.Gen && !h.Sealed {
+			members[e.Key] = true
+			lay, err := t.segmentLayout(ctx, e.Key)
+			if errors.Is(err, objstore.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, r := range lay.Rows {
+				if r.Ref != "" {
+					refs[r.Ref] = true
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
 	_, versions, err := t.listVersions(ctx)
 	if err != nil {
@@ -197,6 +226,13 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 	})
 	if err != nil {
 		return res, err
+	}
+	// A writer gives up committing rows whose payloads began uploading
+	// more than half the grace ago; a pass running longer than a quarter of
+	// it could act on a view that misses such a commit, so it deletes
+	// nothing.
+	if elapsed := t.db.rt.Now().Sub(start); grace > 0 && elapsed > grace/4 {
+		return SweepResult{}, fmt.Errorf("sweep of %s gave up: it ran %v, more than a quarter of the grace %v", t.Name(), elapsed, grace)
 	}
 	t.db.stats.OrphansSwept.Add(int64(len(doomed)))
 	for start := 0; start < len(doomed); start += 256 {

@@ -80,10 +80,26 @@ func (t *Table) retire(err error) {
 // live returns the error of a retired handle.
 func (t *Table) live() error { return t.retiredErr() }
 
+// successor returns the handle of the table's current incarnation when err
+// says t's incarnation was dropped and the table exists again (created
+// anew, here or by another process): a request that met the old
+// incarnation is then served by the new one instead of answering "no such
+// table" for a table that exists.
+func (t *Table) successor(ctx context.Context, err error) *Table {
+	if !errors.Is(err, errDropped) {
+		return nil
+	}
+	nt, oerr := t.db.Table(ctx, t.Name())
+	if oerr != nil || nt == t {
+		return nil
+	}
+	return nt
+}
+
 // noteGone retires the handle when err says the incarnation is gone.
 func (t *Table) noteGone(err error) error {
 	if errors.Is(err, errDropped) {
-		t.retire(fmt.Errorf("%w: %s was dropped", ErrTableNotFound, t.Name()))
+		t.retire(fmt.Errorf("%w: %s was dropped", errDropped, t.Name()))
 		t.db.forget(t)
 		return t.retiredErr()
 	}
@@ -168,6 +184,14 @@ func (t *Table) Refresh(ctx context.Context) error {
 
 // Status refreshes and reports the table's latest view.
 func (t *Table) Status(ctx context.Context) (Status, error) {
+	st, err := t.status(ctx)
+	if nt := t.successor(ctx, err); nt != nil {
+		return nt.status(ctx)
+	}
+	return st, err
+}
+
+func (t *Table) status(ctx context.Context) (Status, error) {
 	s, err := t.refreshed(ctx, t.refresh.ticket(), true)
 	if err != nil {
 		return Status{}, err

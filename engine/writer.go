@@ -51,8 +51,12 @@ type shardWriter struct {
 // appendReq is one unit of commit: its rows go into one segment together.
 type appendReq struct {
 	recs []*Record
-	done sched.Event
-	err  error
+	// uploaded is when its payload uploads began: rows whose payload
+	// objects are old enough for the orphan sweep to take are not
+	// committed (see commitNext and writeSegment).
+	uploaded time.Time
+	done     sched.Event
+	err      error
 }
 
 type flushReq struct {
@@ -242,7 +246,7 @@ func (w *shardWriter) currentGen() uint64 {
 // queued reports whether the rows reached the commit queue. After that a
 // failure may leave their outcome unknown, so the caller must leave their
 // payload objects to the orphan sweep, which checks references.
-func (w *shardWriter) submit(ctx context.Context, recs []*Record) (results []AppendResult, queued bool, err error) {
+func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.Time) (results []AppendResult, queued bool, err error) {
 	results = make([]AppendResult, len(recs))
 	rt := w.t.db.rt
 	for {
@@ -319,7 +323,7 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) (results []App
 			w.mu.Unlock()
 			return results, false, nil
 		}
-		req := &appendReq{recs: fresh, done: rt.NewEvent()}
+		req := &appendReq{recs: fresh, uploaded: uploaded, done: rt.NewEvent()}
 		for _, rec := range fresh {
 			w.inflight[rec.ID] = req
 		}
@@ -397,15 +401,24 @@ func (w *shardWriter) loop() {
 		// Idle: wait for work, the generation's age limit, or the time to
 		// leave the registry's active set.
 		now := rt.Now()
-		var next time.Duration = time.Hour
+		next, timed := time.Duration(0), false
 		if len(w.segs) > 0 {
-			next = min(next, w.genStart.Add(cfg.GenMaxAge).Sub(now))
+			next, timed = w.genStart.Add(cfg.GenMaxAge).Sub(now), true
 		}
 		if w.active {
-			next = min(next, last.Add(cfg.IdleAfter).Sub(now))
+			if d := last.Add(cfg.IdleAfter).Sub(now); !timed || d < next {
+				next, timed = d, true
+			}
+		}
+		if !timed {
+			_, _ = rt.Wait(ctx, wake)
+			continue
 		}
 		if next > 0 {
-			if i, _ := rt.Wait(ctx, wake, rt.After(next)); i == 0 {
+			timer := rt.After(next)
+			i, _ := rt.Wait(ctx, wake, timer)
+			sched.Stop(timer)
+			if i == 0 {
 				continue
 			}
 		}
@@ -485,8 +498,35 @@ func (w *shardWriter) commitNext(ctx context.Context) bool {
 	}
 	w.mu.Unlock()
 
-	err := w.writeSegment(ctx, batch)
+	// The orphan sweep deletes unreferenced payload objects older than
+	// OrphanGrace, and gives up a pass that runs longer than a quarter of
+	// it; a row whose payload upload began more than half of it ago (its
+	// process stalled) is not committed: its payload may be gone.
+	var stale []*appendReq
+	if cfg.OrphanGrace > 0 {
+		cutoff := w.t.db.rt.Now().Add(-cfg.OrphanGrace / 2)
+		keep := batch[:0]
+		for _, req := range batch {
+			if req.uploaded.Before(cutoff) && hasExternal(req.recs) {
+				stale = append(stale, req)
+			} else {
+				keep = append(keep, req)
+			}
+		}
+		batch = keep
+	}
+	var err error
+	if len(batch) > 0 {
+		err = w.writeSegment(ctx, batch)
+	}
 	w.mu.Lock()
+	for _, req := range stale {
+		req.err = fmt.Errorf("%w: its payload upload began more than half the orphan grace ago; retry the append", ErrTooSlow)
+		for _, rec := range req.recs {
+			delete(w.inflight, rec.ID)
+		}
+		req.done.Fire()
+	}
 	for _, req := range batch {
 		req.err = err
 		for _, rec := range req.recs {
@@ -546,6 +586,22 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	if err := t.db.point(ctx, "write:after-segment"); err != nil {
 		w.fail(batch, err)
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	// Checked again once the segment has landed: from then on a sweep
+	// sees it (an uncounted segment of the open generation) and keeps its
+	// payloads; one that listed before cannot still be running (it gives
+	// up after a quarter of the grace).
+	if grace := t.db.cfg.OrphanGrace; grace > 0 {
+		cutoff := t.db.rt.Now().Add(-grace / 2)
+		for _, req := range batch {
+			if req.uploaded.Before(cutoff) && hasExternal(req.recs) {
+				// The slot is spent: this writer stops, and the next one
+				// seals the generation without it.
+				err := fmt.Errorf("%w: the segment landed more than half the orphan grace after its payloads began uploading", ErrTooSlow)
+				w.fail(batch, err)
+				return err
+			}
+		}
 	}
 	nh, err := casHead(ctx, t.db, t.lay, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id})
 	if err != nil {
@@ -711,4 +767,13 @@ func (w *shardWriter) close(ctx context.Context) error {
 	w.stop()
 	_, err := w.t.db.rt.Wait(ctx, w.done)
 	return err
+}
+
+func hasExternal(recs []*Record) bool {
+	for _, r := range recs {
+		if r.PayloadRef != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -73,8 +73,9 @@ func (realRuntime) WithTimeout(ctx context.Context, d time.Duration) (context.Co
 }
 
 type realEvent struct {
-	once sync.Once
-	ch   chan struct{}
+	once  sync.Once
+	ch    chan struct{}
+	timer *time.Timer
 }
 
 func (realRuntime) NewEvent() Event { return &realEvent{ch: make(chan struct{})} }
@@ -91,9 +92,24 @@ func (e *realEvent) Fired() bool {
 }
 
 func (r realRuntime) After(d time.Duration) Event {
-	e := r.NewEvent()
-	time.AfterFunc(d, e.Fire)
+	e := &realEvent{ch: make(chan struct{})}
+	e.timer = time.AfterFunc(d, e.Fire)
 	return e
+}
+
+func (e *realEvent) Stop() {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+}
+
+// Stop cancels a timer event from After that has not fired (a no-op for
+// other events), so that a wait which ended otherwise leaves no timer
+// behind.
+func Stop(e Event) {
+	if s, ok := e.(interface{ Stop() }); ok {
+		s.Stop()
+	}
 }
 
 func (realRuntime) Wait(ctx context.Context, evs ...Event) (int, error) {

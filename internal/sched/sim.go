@@ -1,12 +1,12 @@
 package sched
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sort"
 	"sync"
 	"time"
 )
@@ -30,7 +30,7 @@ type Sim struct {
 	rng    *rand.Rand
 	now    time.Time
 	runq   []*task
-	timers []*simTimer
+	timers timerHeap
 	seq    int
 	cur    *task
 	back   chan struct{}
@@ -58,9 +58,30 @@ type task struct {
 }
 
 type simTimer struct {
-	when time.Time
-	seq  int
-	ev   *simEvent
+	when    time.Time
+	seq     int
+	ev      *simEvent
+	stopped bool
+}
+
+// timerHeap orders timers by time, then creation.
+type timerHeap []*simTimer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if !h[i].when.Equal(h[j].when) {
+		return h[i].when.Before(h[j].when)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(*simTimer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
 }
 
 // NewSim returns a simulation seeded with seed, its clock at start.
@@ -189,6 +210,9 @@ func (s *Sim) pick() *task {
 // wake something, and fires it. Timers of a frozen process still fire
 // (their tasks stay unscheduled until it thaws).
 func (s *Sim) fireNextTimer() bool {
+	for len(s.timers) > 0 && s.timers[0].stopped {
+		heap.Pop(&s.timers)
+	}
 	if len(s.timers) == 0 {
 		return false
 	}
@@ -213,9 +237,10 @@ func (s *Sim) advanceTo(when time.Time) {
 		s.now = when
 	}
 	for len(s.timers) > 0 && !s.timers[0].when.After(s.now) {
-		tm := s.timers[0]
-		s.timers = s.timers[1:]
-		s.fireLocked(tm.ev)
+		tm := heap.Pop(&s.timers).(*simTimer)
+		if !tm.stopped {
+			s.fireLocked(tm.ev)
+		}
 	}
 }
 
@@ -352,6 +377,16 @@ type simEvent struct {
 	s       *Sim
 	fired   bool
 	waiters []*task
+	timer   *simTimer
+}
+
+// Stop cancels a timer event that has not fired.
+func (e *simEvent) Stop() {
+	e.s.mu.Lock()
+	if e.timer != nil {
+		e.timer.stopped = true
+	}
+	e.s.mu.Unlock()
 }
 
 // NewEvent returns an unfired event.
@@ -365,13 +400,8 @@ func (p *Proc) After(d time.Duration) Event {
 	defer s.mu.Unlock()
 	s.seq++
 	tm := &simTimer{when: s.now.Add(d), seq: s.seq, ev: e}
-	i := sort.Search(len(s.timers), func(i int) bool {
-		a := s.timers[i]
-		return a.when.After(tm.when) || (a.when.Equal(tm.when) && a.seq > tm.seq)
-	})
-	s.timers = append(s.timers, nil)
-	copy(s.timers[i+1:], s.timers[i:])
-	s.timers[i] = tm
+	e.timer = tm
+	heap.Push(&s.timers, tm)
 	if d <= 0 {
 		s.advanceTo(s.now)
 	}

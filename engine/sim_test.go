@@ -1,0 +1,1043 @@
+package engine
+
+// The engine's deterministic simulation. One seed decides everything: which
+// operations run on which simulated process and when, how their steps
+// interleave (one goroutine runs at a time, scheduled by the seed; see
+// internal/sched), the clock (leases lapse, generations age), and the
+// faults (failed calls, lost responses, frozen processes that come back as
+// zombies, crashed processes replaced by new ones, a table dropped and
+// created again). A checker compares every answer with what was
+// acknowledged. A failing seed prints a command that replays it exactly.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/rollstore/rollstore/internal/sched"
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/memory"
+)
+
+var (
+	simSeeds = flag.Int("sim.seeds", 0, "simulation seeds to run (default 2000; 40 under -race or -short)")
+	simFirst = flag.Uint64("sim.first", 1, "first simulation seed")
+	simSeed  = flag.Uint64("sim.seed", 0, "run only this simulation seed (replays it exactly)")
+	simTrace = flag.Bool("sim.trace", false, "print the last scheduling steps of a failing seed")
+)
+
+// TestSimulation runs the seeded simulation over many seeds.
+func TestSimulation(t *testing.T) {
+	seeds := *simSeeds
+	if seeds == 0 {
+		seeds = 2000
+		if raceEnabled || testing.Short() {
+			seeds = 40
+		}
+	}
+	var list []uint64
+	if *simSeed != 0 {
+		list = []uint64{*simSeed}
+	} else {
+		for i := 0; i < seeds; i++ {
+			list = append(list, *simFirst+uint64(i))
+		}
+	}
+	start := time.Now()
+	var (
+		mu     sync.Mutex
+		next   int
+		failed []string
+		steps  int
+	)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if next >= len(list) || len(failed) >= 3 {
+					mu.Unlock()
+					return
+				}
+				seed := list[next]
+				next++
+				mu.Unlock()
+				res := runSim(seed, simOptions{})
+				mu.Lock()
+				steps += res.steps
+				if res.err != nil {
+					msg := fmt.Sprintf("seed %d: %v\n  replay: go test ./engine -run 'TestSimulation$' -count=1 -sim.seed=%d -sim.trace", seed, res.err, seed)
+					if *simTrace {
+						msg += "\n  last steps:\n    " + strings.Join(res.trace, "\n    ")
+					}
+					failed = append(failed, msg)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range failed {
+		t.Error(f)
+	}
+	t.Logf("%d seeds, %d scheduling steps, %v", min(next, len(list)), steps, time.Since(start).Round(time.Millisecond))
+}
+
+// simOptions select faults; the zero value is the full simulation. Tests
+// that check the simulator itself (that it finds known bugs) narrow it.
+type simOptions struct {
+	ops int // operations per seed (default from the seed)
+}
+
+type simResult struct {
+	err   error
+	steps int
+	trace []string
+}
+
+// errInjected marks a failure the simulation caused on purpose.
+var errInjected = errors.New("sim: injected fault")
+
+const simTable = "t"
+
+type simWorld struct {
+	seed  uint64
+	s     *sched.Sim
+	rng   *rand.Rand
+	mem   *memory.Bucket
+	trace bool
+
+	faults       bool
+	pFail, pLose float64
+
+	procs    []*simProc
+	driver   *sched.Proc
+	rows     map[string]*simRow
+	order    []string
+	nextRow  int
+	versions []uint64 // committed base versions of the current epoch
+	// goneBelow: versions below it were collected by a merge that
+	// completed (in the current epoch).
+	goneBelow uint64
+	epoch     int
+	dropping  bool // a drop is running
+	dropEnd   int  // event at which the last drop completed
+	events    int
+	inflight  int
+	opDone    sched.Event
+	finished  bool
+	problems  []string
+}
+
+type simProc struct {
+	ops    int // operations running on it
+	name   string
+	p      *sched.Proc
+	db     *DB
+	shard  string
+	dead   bool
+	frozen bool
+}
+
+// simRow is one logical row: its id fixes its content.
+type simRow struct {
+	id    string
+	size  int
+	epoch int
+	// startedBefore: the first attempt began at this event (rows whose
+	// attempt straddled a drop are not checked).
+	firstAttempt int
+	acked        bool
+	ackedAt      int
+	attempts     int
+	refused      int
+	unknown      int
+	seenAt       int
+}
+
+func (w *simWorld) tick() int { w.events++; return w.events }
+
+func (w *simWorld) problem(format string, args ...any) {
+	if len(w.problems) < 5 {
+		w.problems = append(w.problems, fmt.Sprintf("[event %d, %s] ", w.events, w.s.Now().Format("15:04:05.000"))+fmt.Sprintf(format, args...))
+	}
+}
+
+func simRecord(id string) Record {
+	return Record{ID: id, RolloutID: "r-" + id, Sequence: int64(len(id)), ContentType: "application/x-sim",
+		Metadata: []byte(`{"id":"` + id + `"}`)}
+}
+
+func runSim(seed uint64, opts simOptions) (res simResult) {
+	start := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s := sched.NewSim(seed, start)
+	w := &simWorld{seed: seed, s: s, rng: s.Rng(), rows: map[string]*simRow{}, trace: *simTrace}
+	w.mem = memory.New(memory.WithClock(s.Now))
+	w.pFail = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
+	w.pLose = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
+	s.Jitter = []float64{0, 0.001, 0.01}[w.rng.IntN(3)]
+	s.MaxJitter = 20 * time.Second
+	ops := opts.ops
+	if ops == 0 {
+		ops = 30 + w.rng.IntN(50)
+	}
+	w.driver = s.NewProc("driver")
+	w.opDone = w.driver.NewEvent()
+	w.newProc("w0", "s0")
+	w.newProc("w1", "s1")
+	w.newProc("r0", "")
+	w.newProc("m0", "")
+	w.driver.GoNamed("driver", func() { w.drive(ops) })
+	err := s.Run(func() bool { return w.finished || s.Steps() > 3_000_000 })
+	res.steps = s.Steps()
+	res.trace = s.Trace()
+	s.Halt()
+	switch {
+	case err != nil:
+		res.err = err
+	case !w.finished:
+		res.err = fmt.Errorf("the simulation did not finish in %d steps (livelock?); problems so far: %v", res.steps, w.problems)
+	case len(w.problems) > 0:
+		res.err = errors.New(strings.Join(w.problems, "\n  "))
+	}
+	return res
+}
+
+func (w *simWorld) config(p *sched.Proc, shard string) Config {
+	return Config{
+		Shard:               shard,
+		InlineMax:           4 << 10,
+		GroupCommitWindow:   time.Millisecond,
+		GenMaxSegments:      1 + w.rng.IntN(4),
+		GenMaxAge:           2 * time.Second,
+		IdleAfter:           time.Second,
+		ReclaimGrace:        0,
+		RetainVersions:      2,
+		RetainAge:           0,
+		OrphanGrace:         30 * time.Minute,
+		CompactMaxFiles:     3,
+		TargetFileBytes:     64 << 10,
+		WriteMaxPendingGens: 40,
+		CacheBytes:          4 << 20,
+		PayloadCacheBytes:   int64(w.rng.IntN(2)) * (256 << 10),
+		PayloadCacheMaxItem: 16 << 10,
+		LeaseDuration:       15 * time.Second,
+		BaseProbeInterval:   time.Second,
+		Runtime:             p,
+	}
+}
+
+func (w *simWorld) newProc(name, shard string) *simProc {
+	p := w.s.NewProc(fmt.Sprintf("%s.%d", name, len(w.procs)))
+	db, err := Open(&simStore{w: w, proc: p, inner: w.mem}, w.config(p, shard))
+	if err != nil {
+		panic(err)
+	}
+	sp := &simProc{name: p.Name(), p: p, db: db, shard: shard}
+	w.procs = append(w.procs, sp)
+	return sp
+}
+
+// live returns the processes that are not dead, optionally only writers.
+func (w *simWorld) live(writers, unfrozen bool) []*simProc {
+	var out []*simProc
+	for _, p := range w.procs {
+		if !p.dead && (!writers || p.shard != "") && (!unfrozen || !p.frozen) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (w *simWorld) pick(ps []*simProc) *simProc {
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps[w.rng.IntN(len(ps))]
+}
+
+// drive runs the workload: ops operations, a few at a time, then the
+// final check.
+func (w *simWorld) drive(ops int) {
+	ctx := context.Background()
+	d := w.driver
+	if err := w.procs[0].db.CreateTable(ctx, simTable); err != nil {
+		w.problem("create table: %v", err)
+		w.finished = true
+		return
+	}
+	w.faults = true
+	dropped := false
+	for i := 0; i < ops; i++ {
+		for w.running() >= 6 {
+			ev := w.opDone
+			if _, err := d.Wait(ctx, ev); err != nil {
+				return
+			}
+		}
+		_, _ = d.Wait(ctx, d.After(time.Duration(w.rng.IntN(30))*time.Millisecond))
+		r := w.rng.IntN(100)
+		switch {
+		case r < 28:
+			w.start(w.pick(w.live(true, true)), "append", w.opAppend)
+		case r < 33:
+			w.start(w.pick(w.live(true, true)), "batch", w.opBatch)
+		case r < 38:
+			w.start(w.pick(w.live(true, true)), "retry", w.opRetry)
+		case r < 52:
+			w.start(w.pick(w.live(false, true)), "get", w.opGet)
+		case r < 60:
+			w.start(w.pick(w.live(false, true)), "payload", w.opPayload)
+		case r < 63:
+			w.start(w.pick(w.live(false, true)), "list", w.opList)
+		case r < 66:
+			w.start(w.pick(w.live(false, true)), "scan", w.opScan)
+		case r < 70:
+			w.start(w.pick(w.live(false, true)), "pinned", w.opPinned)
+		case r < 75:
+			w.start(w.pick(w.live(true, true)), "flush", w.opFlush)
+		case r < 84:
+			w.start(w.pick(w.live(false, true)), "merge", w.opMerge)
+		case r < 86:
+			w.start(w.pick(w.live(false, true)), "sweep", w.opSweep)
+		case r < 88:
+			w.crash()
+		case r < 91:
+			w.freeze()
+		case r < 94:
+			w.thaw()
+		case r < 97:
+			// Time passes: leases lapse, generations age, idle writers
+			// leave the active set.
+			w.s.Advance(time.Duration(1+w.rng.IntN(20)) * time.Second)
+		case r < 98 && !dropped && w.rng.IntN(3) == 0:
+			dropped = true
+			w.start(w.pick(w.live(false, true)), "drop", w.opDrop)
+		default:
+			w.start(w.pick(w.live(false, true)), "check", w.opFreshCheck)
+		}
+	}
+	// Let everything alive finish, zombies included.
+	for _, p := range w.procs {
+		if p.frozen && !p.dead {
+			p.frozen = false
+			p.p.Thaw()
+		}
+	}
+	for w.running() > 0 {
+		ev := w.opDone
+		if _, err := d.Wait(ctx, ev); err != nil {
+			return
+		}
+	}
+	w.faults = false
+	w.final(ctx)
+	w.finished = true
+}
+
+// running counts the operations of processes that are not dead (a dead
+// process's operations never finish).
+func (w *simWorld) running() int {
+	n := 0
+	for _, p := range w.procs {
+		if !p.dead {
+			n += p.ops
+		}
+	}
+	return n
+}
+
+// start runs op as a task of p.
+func (w *simWorld) start(p *simProc, name string, op func(context.Context, *simProc)) {
+	if p == nil {
+		return
+	}
+	w.inflight++
+	p.ops++
+	p.p.GoNamed(name, func() {
+		defer func() {
+			p.ops--
+			w.inflight--
+			w.opDone.Fire()
+			w.opDone = w.driver.NewEvent()
+		}()
+		op(context.Background(), p)
+	})
+}
+
+// crash kills a process for good (its calls in flight are abandoned) and,
+// for a writer, starts a replacement with the same shard.
+func (w *simWorld) crash() {
+	p := w.pick(w.live(false, false))
+	if p == nil || len(w.live(false, false)) < 3 {
+		return
+	}
+	p.dead = true
+	p.p.Freeze()
+	if p.shard != "" {
+		w.newProc(strings.SplitN(p.name, ".", 2)[0], p.shard)
+	} else {
+		w.newProc("r", "")
+	}
+}
+
+// freeze pauses a process (a long GC pause, a partition): it may come back
+// as a zombie after its leases lapsed and others took over.
+func (w *simWorld) freeze() {
+	p := w.pick(w.live(false, true))
+	if p == nil || len(w.live(false, true)) < 3 {
+		return
+	}
+	p.frozen = true
+	p.p.Freeze()
+	if p.shard != "" && w.rng.IntN(2) == 0 {
+		w.newProc(strings.SplitN(p.name, ".", 2)[0]+"z", p.shard)
+	}
+}
+
+func (w *simWorld) thaw() {
+	var frozen []*simProc
+	for _, p := range w.procs {
+		if p.frozen && !p.dead {
+			frozen = append(frozen, p)
+		}
+	}
+	if p := w.pick(frozen); p != nil {
+		p.frozen = false
+		p.p.Thaw()
+	}
+}
+
+func (w *simWorld) table(ctx context.Context, p *simProc) (*Table, error) {
+	return p.db.Table(ctx, simTable)
+}
+
+// outcome classifies an append error.
+func (w *simWorld) outcome(err error) (acked, refused bool) {
+	switch {
+	case err == nil:
+		return true, false
+	case errors.Is(err, errInjected), errors.Is(err, ErrOutcomeUnknown):
+		return false, false
+	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrShardOwned), errors.Is(err, ErrFenced),
+		errors.Is(err, ErrTooSlow), errors.Is(err, ErrTableNotFound), errors.Is(err, ErrNoWriter):
+		return false, true
+	}
+	return false, false
+}
+
+// allowedWriteErr reports errors an append may answer under the
+// simulation's faults; anything else is a bug.
+func allowedWriteErr(err error) bool {
+	return err == nil || errors.Is(err, errInjected) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrOverloaded) ||
+		errors.Is(err, ErrShardOwned) || errors.Is(err, ErrFenced) || errors.Is(err, ErrTooSlow) ||
+		errors.Is(err, ErrTableNotFound) || errors.Is(err, sched.ErrHalted)
+}
+
+// allowedReadErr reports errors a read may answer under faults: injected
+// store failures (a 503 from the service) and documented refusals.
+func (w *simWorld) allowedReadErr(err error, start int) bool {
+	return errors.Is(err, errInjected) || errors.Is(err, ErrOverloaded) || errors.Is(err, sched.ErrHalted) ||
+		(errors.Is(err, ErrTableNotFound) && (w.dropping || w.dropEnd >= start))
+}
+
+func (w *simWorld) newRow() *simRow {
+	w.nextRow++
+	id := fmt.Sprintf("row-%04d", w.nextRow)
+	size := []int{0, 10, 700, 3000, 5000, 12000}[w.rng.IntN(6)]
+	r := &simRow{id: id, size: size, epoch: w.epoch}
+	w.rows[id] = r
+	w.order = append(w.order, id)
+	return r
+}
+
+func (w *simWorld) record(r *simRow, err error, start, end int) {
+	if !allowedWriteErr(err) {
+		w.problem("append %s: unexpected error %v", r.id, err)
+	}
+	acked, refused := w.outcome(err)
+	switch {
+	case acked:
+		if !r.acked {
+			r.acked, r.ackedAt = true, end
+		}
+	case refused:
+		r.refused++
+	default:
+		r.unknown++
+	}
+	if w.dropping || w.dropEnd > start {
+		r.epoch = -1 // straddled a drop: which incarnation it reached is unknown
+	}
+}
+
+func (w *simWorld) opAppend(ctx context.Context, p *simProc) {
+	r := w.newRow()
+	w.appendRows(ctx, p, []*simRow{r})
+}
+
+func (w *simWorld) opRetry(ctx context.Context, p *simProc) {
+	if len(w.order) == 0 {
+		return
+	}
+	r := w.rows[w.order[w.rng.IntN(len(w.order))]]
+	if r.epoch != w.epoch {
+		return
+	}
+	w.appendRows(ctx, p, []*simRow{r})
+}
+
+func (w *simWorld) opBatch(ctx context.Context, p *simProc) {
+	n := 2 + w.rng.IntN(3)
+	var rs []*simRow
+	for i := 0; i < n; i++ {
+		rs = append(rs, w.newRow())
+	}
+	w.appendRows(ctx, p, rs)
+}
+
+func (w *simWorld) appendRows(ctx context.Context, p *simProc, rs []*simRow) {
+	start := w.tick()
+	for _, r := range rs {
+		r.attempts++
+		if r.firstAttempt == 0 {
+			r.firstAttempt = start
+		}
+	}
+	tb, err := w.table(ctx, p)
+	if err == nil {
+		if len(rs) == 1 {
+			r := rs[0]
+			_, err = tb.Append(ctx, simRecord(r.id), bytes.NewReader(payloadFor(r.id, r.size)), int64(r.size))
+		} else {
+			items := make([]BatchItem, len(rs))
+			for i, r := range rs {
+				items[i] = BatchItem{Record: simRecord(r.id), Payload: payloadFor(r.id, r.size)}
+			}
+			_, err = tb.AppendBatch(ctx, items)
+		}
+	}
+	end := w.tick()
+	for _, r := range rs {
+		w.record(r, err, start, end)
+	}
+}
+
+// checkFound checks a row read back: its content, and that it may exist.
+func (w *simWorld) checkFound(what string, id string, rec *Record, end int) {
+	r := w.rows[id]
+	if r == nil {
+		w.problem("%s: %q was never written", what, id)
+		return
+	}
+	want := simRecord(id)
+	if rec.RolloutID != want.RolloutID || rec.Sequence != want.Sequence || rec.PayloadSize != int64(r.size) ||
+		rec.PayloadSHA256 != sha(payloadFor(id, r.size)) {
+		w.problem("%s: %q read back as %+v", what, id, rec)
+	}
+	if r.epoch >= 0 && r.epoch != w.epoch && !w.dropping {
+		w.problem("%s: %q of a dropped incarnation is visible", what, id)
+	}
+	if r.seenAt == 0 || end < r.seenAt {
+		r.seenAt = end
+	}
+}
+
+// mustExist reports whether a read that began at start must find r.
+func (w *simWorld) mustExist(r *simRow, start int) bool {
+	if r.epoch != w.epoch || w.dropping || w.dropEnd >= start || r.firstAttempt <= w.dropEnd {
+		return false
+	}
+	return (r.acked && r.ackedAt < start) || (r.seenAt > 0 && r.seenAt < start)
+}
+
+func (w *simWorld) someRow() *simRow {
+	if len(w.order) == 0 || w.rng.IntN(8) == 0 {
+		return &simRow{id: fmt.Sprintf("absent-%d", w.rng.IntN(1000))}
+	}
+	return w.rows[w.order[w.rng.IntN(len(w.order))]]
+}
+
+func (w *simWorld) opGet(ctx context.Context, p *simProc) {
+	r := w.someRow()
+	start := w.tick()
+	tb, err := w.table(ctx, p)
+	var rec *Record
+	if err == nil {
+		rec, err = tb.Get(ctx, r.id, ReadOptions{})
+	}
+	end := w.tick()
+	w.checkRead("get", r, rec, err, start, end)
+}
+
+func (w *simWorld) checkRead(what string, r *simRow, rec *Record, err error, start, end int) {
+	switch {
+	case err == nil:
+		w.checkFound(what, r.id, rec, end)
+	case errors.Is(err, ErrNotFound):
+		if w.rows[r.id] != nil && w.mustExist(r, start) {
+			w.problem("%s: %q answered not found, but it was acknowledged (event %d) or seen (event %d) before the read began (event %d)", what, r.id, r.ackedAt, r.seenAt, start)
+		}
+	case !w.allowedReadErr(err, start):
+		w.problem("%s %q: %v", what, r.id, err)
+	}
+}
+
+func (w *simWorld) opPayload(ctx context.Context, p *simProc) {
+	r := w.someRow()
+	off, n := int64(0), int64(-1)
+	if r.size > 0 && w.rng.IntN(2) == 0 {
+		off = int64(w.rng.IntN(r.size))
+		n = int64(w.rng.IntN(r.size - int(off) + 1))
+	}
+	start := w.tick()
+	tb, err := w.table(ctx, p)
+	var data []byte
+	var pl *Payload
+	if err == nil {
+		pl, err = tb.OpenPayload(ctx, r.id, off, n, ReadOptions{})
+	}
+	if err == nil {
+		data, err = io.ReadAll(readerCtx{ctx, pl})
+		pl.Close()
+	}
+	end := w.tick()
+	if err == nil {
+		want := payloadFor(r.id, r.size)
+		if n < 0 {
+			n = int64(r.size) - off
+		}
+		if w.rows[r.id] == nil || int64(len(want)) < off+n || !bytes.Equal(data, want[off:off+n]) {
+			w.problem("payload %q [%d,+%d): %d wrong bytes", r.id, off, n, len(data))
+			return
+		}
+		if pl.Record.PayloadSHA256 != sha256.Sum256(want) {
+			w.problem("payload %q: wrong checksum in its description", r.id)
+		}
+		if r.seenAt == 0 || end < r.seenAt {
+			r.seenAt = end
+		}
+		return
+	}
+	w.checkRead("payload", r, nil, err, start, end)
+}
+
+type readerCtx struct {
+	ctx context.Context
+	p   *Payload
+}
+
+func (r readerCtx) Read(b []byte) (int, error) { return r.p.ReadContext(r.ctx, b) }
+
+func (w *simWorld) opList(ctx context.Context, p *simProc) {
+	start := w.tick()
+	tb, err := w.table(ctx, p)
+	seen := map[string]bool{}
+	tok := ""
+	for err == nil {
+		var page ListPage
+		page, err = tb.List(ctx, ListOptions{Limit: 1 + w.rng.IntN(20), PageToken: tok})
+		if err != nil {
+			break
+		}
+		for _, rec := range page.Records {
+			if seen[rec.ID] {
+				w.problem("list: %q twice", rec.ID)
+			}
+			seen[rec.ID] = true
+			w.checkFound("list", rec.ID, rec, w.events)
+		}
+		if tok = page.NextPageToken; tok == "" {
+			break
+		}
+	}
+	end := w.tick()
+	w.checkComplete("list", seen, err, start, end)
+}
+
+func (w *simWorld) checkComplete(what string, seen map[string]bool, err error, start, end int) {
+	if err != nil {
+		if !w.allowedReadErr(err, start) {
+			w.problem("%s: %v", what, err)
+		}
+		return
+	}
+	for _, id := range w.order {
+		if r := w.rows[id]; !seen[id] && w.mustExist(r, start) {
+			w.problem("%s: %q missing (acknowledged at event %d, seen at %d, %s began at %d)", what, id, r.ackedAt, r.seenAt, what, start)
+		}
+	}
+}
+
+func (w *simWorld) opScan(ctx context.Context, p *simProc) {
+	withPayloads := w.rng.IntN(2) == 0
+	start := w.tick()
+	tb, err := w.table(ctx, p)
+	var buf bytes.Buffer
+	if err == nil {
+		err = tb.Scan(ctx, &buf, ScanOptions{WithPayloads: withPayloads})
+	}
+	end := w.tick()
+	seen := map[string]bool{}
+	if err == nil {
+		rd, rerr := ipc.NewReader(bytes.NewReader(buf.Bytes()))
+		if rerr != nil {
+			w.problem("scan: %v", rerr)
+			return
+		}
+		for rd.Next() {
+			b := rd.RecordBatch()
+			ids := b.Column(b.Schema().FieldIndices("id")[0]).(*array.String)
+			pay := b.Column(b.Schema().FieldIndices("payload")[0]).(*array.Binary)
+			for i := 0; i < int(b.NumRows()); i++ {
+				id := ids.Value(i)
+				seen[id] = true
+				r := w.rows[id]
+				if r == nil {
+					w.problem("scan: %q was never written", id)
+					continue
+				}
+				if withPayloads && (!pay.IsValid(i) || !bytes.Equal(pay.Value(i), payloadFor(id, r.size))) {
+					w.problem("scan: payload of %q wrong", id)
+				}
+				if !withPayloads && pay.IsValid(i) {
+					w.problem("scan without payloads: payload of %q not null", id)
+				}
+				if r.seenAt == 0 || end < r.seenAt {
+					r.seenAt = end
+				}
+			}
+		}
+		if rerr := rd.Err(); rerr != nil {
+			w.problem("scan stream: %v", rerr)
+		}
+		rd.Release()
+	}
+	w.checkComplete("scan", seen, err, start, end)
+}
+
+func (w *simWorld) opPinned(ctx context.Context, p *simProc) {
+	if len(w.versions) == 0 {
+		return
+	}
+	v := w.versions[w.rng.IntN(len(w.versions))]
+	r := w.someRow()
+	epoch := w.epoch
+	start := w.tick()
+	mustBeGone := v < w.goneBelow
+	tb, err := w.table(ctx, p)
+	var rec *Record
+	if err == nil {
+		rec, err = tb.Get(ctx, r.id, ReadOptions{Version: v})
+	}
+	end := w.tick()
+	if epoch != w.epoch || w.dropping {
+		return
+	}
+	switch {
+	case err == nil:
+		if mustBeGone {
+			w.problem("pinned read of version %d, collected before the read began, answered a row", v)
+		}
+		w.checkFound("pinned", r.id, rec, end)
+	case errors.Is(err, ErrNotFound):
+		if mustBeGone {
+			w.problem("pinned read of version %d, collected before the read began, answered not found instead of gone", v)
+		}
+	case errors.Is(err, ErrVersionGone):
+	case errors.Is(err, ErrNoVersion):
+		w.problem("pinned read: committed version %d does not exist: %v", v, err)
+	case !w.allowedReadErr(err, start):
+		w.problem("pinned %q at %d: %v", r.id, v, err)
+	}
+}
+
+func (w *simWorld) opFlush(ctx context.Context, p *simProc) {
+	tb, err := w.table(ctx, p)
+	if err == nil {
+		err = tb.Flush(ctx)
+	}
+	if err != nil && !allowedWriteErr(err) && !errors.Is(err, ErrClosed) {
+		w.problem("flush: %v", err)
+	}
+}
+
+func (w *simWorld) opMerge(ctx context.Context, p *simProc) {
+	epoch := w.epoch
+	tb, err := w.table(ctx, p)
+	var res MergeResult
+	if err == nil {
+		res, err = tb.Merge(ctx, MergeOptions{MaxBytes: int64(1+w.rng.IntN(4)) * (32 << 10)})
+	}
+	if err != nil && !errors.Is(err, ErrMergerBusy) && !w.allowedReadErr(err, 0) && !errors.Is(err, ErrTableNotFound) {
+		w.problem("merge: %v", err)
+	}
+	if epoch != w.epoch || w.dropping {
+		return
+	}
+	if res.Version > 0 {
+		w.versions = append(w.versions, res.Version)
+	}
+	if err == nil && res.VersionsCollected > 0 && len(w.versions) > 0 {
+		latest := slices.Max(w.versions)
+		if latest+1 > uint64(p.db.cfg.RetainVersions) {
+			w.goneBelow = max(w.goneBelow, latest+1-uint64(p.db.cfg.RetainVersions))
+		}
+	}
+}
+
+func (w *simWorld) opSweep(ctx context.Context, p *simProc) {
+	tb, err := w.table(ctx, p)
+	if err == nil {
+		_, err = tb.Sweep(ctx, p.db.cfg.OrphanGrace)
+	}
+	if err != nil && !errors.Is(err, ErrMergerBusy) && !w.allowedReadErr(err, 0) && !errors.Is(err, ErrTableNotFound) &&
+		!strings.Contains(err.Error(), "gave up") {
+		w.problem("sweep: %v", err)
+	}
+}
+
+func (w *simWorld) opDrop(ctx context.Context, p *simProc) {
+	w.dropping = true
+	// A drop that fails midway is retried as a client would: once the
+	// descriptor is gone the table is, and the retry answers not found.
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = p.db.DropTable(ctx, simTable); err == nil || !errors.Is(err, errInjected) {
+			break
+		}
+	}
+	if errors.Is(err, ErrTableNotFound) {
+		err = nil
+	}
+	if err == nil {
+		for attempt := 0; attempt < 20; attempt++ {
+			if err = p.db.CreateTable(ctx, simTable); err == nil || !errors.Is(err, errInjected) {
+				break
+			}
+		}
+	}
+	if err != nil {
+		w.problem("drop and create: %v", err)
+		w.dropping = false
+		return
+	}
+	w.epoch++
+	w.versions, w.goneBelow = nil, 0
+	w.dropEnd = w.tick()
+	w.dropping = false
+}
+
+// opFreshCheck reads rows through a new process that shares nothing with
+// the others but the store.
+func (w *simWorld) opFreshCheck(ctx context.Context, _ *simProc) {
+	fresh := w.newProc("fresh", "")
+	defer func() { fresh.dead = true }()
+	for i := 0; i < 5 && len(w.order) > 0; i++ {
+		r := w.rows[w.order[w.rng.IntN(len(w.order))]]
+		start := w.tick()
+		tb, err := w.table(ctx, fresh)
+		var rec *Record
+		if err == nil {
+			rec, err = tb.Get(ctx, r.id, ReadOptions{})
+		}
+		w.checkRead("fresh get", r, rec, err, start, w.tick())
+	}
+}
+
+// final checks what the store holds once the workload is over, from a
+// fresh process without faults: before any further merge, after merging
+// everything, and after a sweep with no grace.
+func (w *simWorld) final(ctx context.Context) {
+	if w.dropping {
+		return
+	}
+	// Writers seal; dead ones' leases lapse, so the merger seals theirs.
+	for _, p := range w.live(true, true) {
+		if tb, err := w.table(ctx, p); err == nil {
+			_ = tb.Flush(ctx)
+		}
+	}
+	w.s.Advance(time.Minute)
+	fresh := w.newProc("final", "")
+	w.finalRead(ctx, fresh, "final")
+	tb, err := w.table(ctx, fresh)
+	if err != nil {
+		w.problem("final: open: %v", err)
+		return
+	}
+	for pass := 0; pass < 50; pass++ {
+		res, err := tb.Merge(ctx, MergeOptions{})
+		if err != nil {
+			w.problem("final merge: %v", err)
+			return
+		}
+		if res.Version == 0 && !res.Leftover {
+			break
+		}
+	}
+	w.finalRead(ctx, w.newProc("final2", ""), "after merging everything")
+	if _, err := tb.Sweep(ctx, 0); err != nil {
+		w.problem("final sweep: %v", err)
+	}
+	w.finalRead(ctx, w.newProc("final3", ""), "after a sweep")
+}
+
+func (w *simWorld) finalRead(ctx context.Context, p *simProc, when string) {
+	tb, err := w.table(ctx, p)
+	if err != nil {
+		w.problem("%s: open: %v", when, err)
+		return
+	}
+	for _, id := range w.order {
+		r := w.rows[id]
+		if r.epoch != w.epoch || r.firstAttempt <= w.dropEnd {
+			continue
+		}
+		rec, err := tb.Get(ctx, id, ReadOptions{})
+		switch {
+		case err == nil:
+			w.checkFound(when, id, rec, w.tick())
+			if r.attempts > 0 && r.refused == r.attempts {
+				w.problem("%s: %q is visible, but every attempt to write it was refused", when, id)
+			}
+			data, err := readPayload(tb, id)
+			if err != nil || !bytes.Equal(data, payloadFor(id, r.size)) {
+				w.problem("%s: payload of %q: %v (%d bytes)", when, id, err, len(data))
+			}
+		case errors.Is(err, ErrNotFound):
+			if r.acked || r.seenAt > 0 {
+				w.problem("%s: %q lost (acknowledged: %v at event %d, seen at event %d)", when, id, r.acked, r.ackedAt, r.seenAt)
+			}
+		default:
+			w.problem("%s: get %q: %v", when, id, err)
+		}
+	}
+}
+
+// simStore is one simulated process's view of the shared store: every
+// call is a scheduling point, and may fail before it happens or lose its
+// answer after.
+type simStore struct {
+	w     *simWorld
+	proc  *sched.Proc
+	inner *memory.Bucket
+}
+
+func (s *simStore) enter(op, key string) error {
+	if s.w.trace {
+		s.proc.Point(op + " " + key)
+	} else {
+		s.proc.Point("")
+	}
+	if s.w.faults && s.w.rng.Float64() < s.w.pFail {
+		return fmt.Errorf("%s %s: %w: %w", op, key, objstore.ErrThrottled, errInjected)
+	}
+	return nil
+}
+
+func (s *simStore) leave(op, key string, err error) error {
+	if err == nil && s.w.faults && s.w.rng.Float64() < s.w.pLose {
+		return fmt.Errorf("%s %s: response lost: %w", op, key, errInjected)
+	}
+	return err
+}
+
+func (s *simStore) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Attrs, error) {
+	if err := s.enter("get", key); err != nil {
+		return nil, objstore.Attrs{}, err
+	}
+	return s.inner.Get(ctx, key)
+}
+
+func (s *simStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if err := s.enter("getrange", key); err != nil {
+		return nil, err
+	}
+	return s.inner.GetRange(ctx, key, off, n)
+}
+
+func (s *simStore) Head(ctx context.Context, key string) (objstore.Attrs, error) {
+	if err := s.enter("head", key); err != nil {
+		return objstore.Attrs{}, err
+	}
+	return s.inner.Head(ctx, key)
+}
+
+func (s *simStore) Put(ctx context.Context, key string, r io.Reader, opts objstore.PutOptions) (objstore.Attrs, error) {
+	if err := s.enter("put", key); err != nil {
+		return objstore.Attrs{}, err
+	}
+	a, err := s.inner.Put(ctx, key, r, opts)
+	return a, s.leave("put", key, err)
+}
+
+func (s *simStore) Delete(ctx context.Context, key string) error {
+	if err := s.enter("delete", key); err != nil {
+		return err
+	}
+	return s.leave("delete", key, s.inner.Delete(ctx, key))
+}
+
+func (s *simStore) DeleteMany(ctx context.Context, keys []string) error {
+	if err := s.enter("deletemany", strings.Join(keys, ",")); err != nil {
+		return err
+	}
+	return s.leave("deletemany", "", s.inner.DeleteMany(ctx, keys))
+}
+
+func (s *simStore) List(ctx context.Context, prefix string, opts objstore.ListOptions, fn func(objstore.Entry) error) error {
+	if err := s.enter("list", prefix); err != nil {
+		return err
+	}
+	return s.inner.List(ctx, prefix, opts, fn)
+}
+
+func (s *simStore) AcquireLease(ctx context.Context, key string, d time.Duration) (objstore.Lease, error) {
+	if err := s.enter("acquire", key); err != nil {
+		return nil, err
+	}
+	l, err := s.inner.AcquireLease(ctx, key, d)
+	if err != nil {
+		return nil, err
+	}
+	return &simLease{s: s, key: key, inner: l}, nil
+}
+
+type simLease struct {
+	s     *simStore
+	key   string
+	inner objstore.Lease
+}
+
+func (l *simLease) Renew(ctx context.Context) error {
+	if err := l.s.enter("renew", l.key); err != nil {
+		return err
+	}
+	return l.inner.Renew(ctx)
+}
+
+func (l *simLease) Release(ctx context.Context) error {
+	if err := l.s.enter("release", l.key); err != nil {
+		return err
+	}
+	return l.inner.Release(ctx)
+}
+
+func (l *simLease) Duration() time.Duration { return l.inner.Duration() }
+
+func sha(b []byte) [32]byte { return sha256.Sum256(b) }
