@@ -128,6 +128,11 @@ type Config struct {
 	// BaseProbeInterval: a refresh checks for a newer base version at
 	// least this often even when the registry names none.
 	BaseProbeInterval time.Duration
+	// ResidentMaxAge bounds how long a read may be served from the
+	// resident snapshot without a refresh: a table dropped (or a row
+	// merged) by another process is noticed within it, at the cost of one
+	// refresh per table per period.
+	ResidentMaxAge time.Duration
 
 	// Hooks are called at named points (tests pause or fail there).
 	Hooks hook.Func
@@ -165,6 +170,7 @@ func DefaultConfig() Config {
 		MaxManifestBytes:     64 << 20,
 		LeaseDuration:        30 * time.Second,
 		BaseProbeInterval:    2 * time.Second,
+		ResidentMaxAge:       time.Second,
 	}
 }
 
@@ -188,6 +194,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxPayloadInFlight, d.MaxPayloadInFlight)
 	setDefault(&c.MaxManifestBytes, d.MaxManifestBytes)
 	setDefault(&c.BaseProbeInterval, d.BaseProbeInterval)
+	setDefault(&c.ResidentMaxAge, d.ResidentMaxAge)
 	setDefault(&c.PayloadCacheMaxItem, d.PayloadCacheMaxItem)
 	// Zero is meaningful for the grace periods, the retention age and the
 	// cache sizes (tests run with zero grace); negative means "default".

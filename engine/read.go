@@ -75,7 +75,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	}
 	st := t.db.stats
 	ticket := t.refresh.ticket()
-	resident := t.snap.Load()
+	resident := t.fresh()
 	known := resident.version()
 	probe := *attempts > 0
 	if resident != nil && *attempts == 0 {
@@ -469,7 +469,7 @@ func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, *sna
 	out := make([]*Record, len(recs))
 	ticket := t.refresh.ticket()
 	var rest []int
-	resident := t.snap.Load()
+	resident := t.fresh()
 	for i, r := range recs {
 		if resident != nil {
 			if loc, ok := resident.find(r.ID); ok {

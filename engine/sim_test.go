@@ -38,6 +38,7 @@ var (
 	simFirst = flag.Uint64("sim.first", 1, "first simulation seed")
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this simulation seed (replays it exactly)")
 	simTrace = flag.Bool("sim.trace", false, "print the last scheduling steps of a failing seed")
+	simLog   = flag.Bool("sim.log", false, "log every seed's steps and time")
 )
 
 // TestSimulation runs the seeded simulation over many seeds.
@@ -76,7 +77,11 @@ func TestSimulation(t *testing.T) {
 				seed := list[next]
 				next++
 				mu.Unlock()
+				t0 := time.Now()
 				res := runSim(seed, simOptions{})
+				if *simLog {
+					fmt.Printf("seed %d: %d steps, %v, err=%v\n", seed, res.steps, time.Since(t0).Round(time.Millisecond), res.err != nil)
+				}
 				mu.Lock()
 				steps += res.steps
 				if res.err != nil {
@@ -114,6 +119,9 @@ var errInjected = errors.New("sim: injected fault")
 
 const simTable = "t"
 
+// simMaxSteps bounds a seed: a schedule that keeps going is a livelock.
+const simMaxSteps = 200_000
+
 type simWorld struct {
 	seed  uint64
 	s     *sched.Sim
@@ -134,7 +142,8 @@ type simWorld struct {
 	// completed (in the current epoch).
 	goneBelow uint64
 	epoch     int
-	dropping  bool // a drop is running
+	times     []time.Time // simulated time of each event
+	dropping  bool        // a drop is running
 	dropEnd   int  // event at which the last drop completed
 	events    int
 	inflight  int
@@ -169,7 +178,19 @@ type simRow struct {
 	seenAt       int
 }
 
-func (w *simWorld) tick() int { w.events++; return w.events }
+func (w *simWorld) tick() int {
+	w.events++
+	w.times = append(w.times, w.s.Now())
+	return w.events
+}
+
+// timeOf is the simulated time of an event.
+func (w *simWorld) timeOf(event int) time.Time {
+	if event <= 0 || event > len(w.times) {
+		return time.Time{}
+	}
+	return w.times[event-1]
+}
 
 func (w *simWorld) problem(format string, args ...any) {
 	if len(w.problems) < 5 {
@@ -202,15 +223,17 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	w.newProc("r0", "")
 	w.newProc("m0", "")
 	w.driver.GoNamed("driver", func() { w.drive(ops) })
-	err := s.Run(func() bool { return w.finished || s.Steps() > 3_000_000 })
+	err := s.Run(func() bool { return w.finished || s.Steps() > simMaxSteps })
 	res.steps = s.Steps()
 	res.trace = s.Trace()
+	blocked := s.Blocked()
 	s.Halt()
 	switch {
 	case err != nil:
 		res.err = err
 	case !w.finished:
-		res.err = fmt.Errorf("the simulation did not finish in %d steps (livelock?); problems so far: %v", res.steps, w.problems)
+		res.err = fmt.Errorf("the simulation did not finish in %d steps (a livelock, or an operation that never returns); problems so far: %v\n  tasks not done:\n    %s",
+			res.steps, w.problems, strings.Join(blocked, "\n    "))
 	case len(w.problems) > 0:
 		res.err = errors.New(strings.Join(w.problems, "\n  "))
 	}
@@ -538,7 +561,7 @@ func (w *simWorld) appendRows(ctx context.Context, p *simProc, rs []*simRow) {
 }
 
 // checkFound checks a row read back: its content, and that it may exist.
-func (w *simWorld) checkFound(what string, id string, rec *Record, end int) {
+func (w *simWorld) checkFound(what string, id string, rec *Record, start, end int) {
 	r := w.rows[id]
 	if r == nil {
 		w.problem("%s: %q was never written", what, id)
@@ -549,8 +572,11 @@ func (w *simWorld) checkFound(what string, id string, rec *Record, end int) {
 		rec.PayloadSHA256 != sha(payloadFor(id, r.size)) {
 		w.problem("%s: %q read back as %+v", what, id, rec)
 	}
-	if r.epoch >= 0 && r.epoch != w.epoch && !w.dropping {
-		w.problem("%s: %q of a dropped incarnation is visible", what, id)
+	// Another process learns of a drop at its next refresh, within
+	// ResidentMaxAge.
+	noticed := w.timeOf(w.dropEnd).Add(time.Second)
+	if r.epoch >= 0 && r.epoch != w.epoch && !w.dropping && start > w.dropEnd && w.timeOf(start).After(noticed) {
+		w.problem("%s: %q of a dropped incarnation is visible (read began at event %d, the drop ended at event %d)", what, id, start, w.dropEnd)
 	}
 	if r.seenAt == 0 || end < r.seenAt {
 		r.seenAt = end
@@ -587,7 +613,7 @@ func (w *simWorld) opGet(ctx context.Context, p *simProc) {
 func (w *simWorld) checkRead(what string, r *simRow, rec *Record, err error, start, end int) {
 	switch {
 	case err == nil:
-		w.checkFound(what, r.id, rec, end)
+		w.checkFound(what, r.id, rec, start, end)
 	case errors.Is(err, ErrNotFound):
 		if w.rows[r.id] != nil && w.mustExist(r, start) {
 			w.problem("%s: %q answered not found, but it was acknowledged (event %d) or seen (event %d) before the read began (event %d)", what, r.id, r.ackedAt, r.seenAt, start)
@@ -659,7 +685,7 @@ func (w *simWorld) opList(ctx context.Context, p *simProc) {
 				w.problem("list: %q twice", rec.ID)
 			}
 			seen[rec.ID] = true
-			w.checkFound("list", rec.ID, rec, w.events)
+			w.checkFound("list", rec.ID, rec, start, w.events)
 		}
 		if tok = page.NextPageToken; tok == "" {
 			break
@@ -753,7 +779,7 @@ func (w *simWorld) opPinned(ctx context.Context, p *simProc) {
 		if mustBeGone {
 			w.problem("pinned read of version %d, collected before the read began, answered a row", v)
 		}
-		w.checkFound("pinned", r.id, rec, end)
+		w.checkFound("pinned", r.id, rec, start, end)
 	case errors.Is(err, ErrNotFound):
 		if mustBeGone {
 			w.problem("pinned read of version %d, collected before the read began, answered not found instead of gone", v)
@@ -911,7 +937,8 @@ func (w *simWorld) finalRead(ctx context.Context, p *simProc, when string) {
 		rec, err := tb.Get(ctx, id, ReadOptions{})
 		switch {
 		case err == nil:
-			w.checkFound(when, id, rec, w.tick())
+			t := w.tick()
+			w.checkFound(when, id, rec, t, t)
 			if r.attempts > 0 && r.refused == r.attempts {
 				w.problem("%s: %q is visible, but every attempt to write it was refused", when, id)
 			}

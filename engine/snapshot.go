@@ -30,6 +30,9 @@ type snapshot struct {
 	size         int64
 	flight       uint64
 	baseProbedAt time.Time
+	// checkedAt is when the refresh that built it began: reads trust the
+	// snapshot without a refresh for ResidentMaxAge after it.
+	checkedAt time.Time
 }
 
 type baseView struct {
@@ -375,7 +378,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	}
 
 	// The shards: reuse what did not change, fetch what is new.
-	s := &snapshot{base: base, shards: map[string]*shardView{}, reg: reg, flight: flight, baseProbedAt: now}
+	s := &snapshot{base: base, shards: map[string]*shardView{}, reg: reg, flight: flight, baseProbedAt: now, checkedAt: now}
 	if !doProbe {
 		s.baseProbedAt = cur.baseProbedAt
 	}

@@ -110,16 +110,28 @@ func (t *Table) noteGone(err error) error {
 // longer names this incarnation (writers check it with each lease renewal,
 // so a writer of a dropped table stops soon even between appends).
 func (t *Table) checkDescriptor(ctx context.Context) error {
-	d, _, err := t.db.readDescriptor(ctx, t.tableLay)
+	a, err := t.db.store.Head(ctx, t.tableLay.Descriptor())
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		return fmt.Errorf("%w: %s was dropped", ErrTableNotFound, t.Name())
+		return fmt.Errorf("%w: %s was dropped", errDropped, t.Name())
 	case err != nil:
 		return nil // a transient failure proves nothing
-	case d.Incarnation != t.lay.Name():
-		return fmt.Errorf("%w: %s was dropped and created again", ErrTableNotFound, t.Name())
+	case a.ETag != t.descETag:
+		// Replaced: dropped and created again (descriptors are written
+		// once per incarnation).
+		return fmt.Errorf("%w: %s was dropped and created again", errDropped, t.Name())
 	}
 	return nil
+}
+
+// fresh returns the resident snapshot if it is recent enough to serve a
+// read without a refresh (nil otherwise).
+func (t *Table) fresh() *snapshot {
+	s := t.snap.Load()
+	if s == nil || t.db.rt.Now().Sub(s.checkedAt) > t.db.cfg.ResidentMaxAge {
+		return nil
+	}
+	return s
 }
 
 // install makes s the resident snapshot unless a newer one is already there.

@@ -368,8 +368,7 @@ func (w *shardWriter) loop() {
 			w.wake = rt.NewEvent()
 		}
 		wake := w.wake
-		work, flushes, quit, stopped, last := len(w.queue) > 0, w.flushes, w.quit, w.err != nil, w.last
-		w.flushes = nil
+		work, flushing, quit, stopped, last := len(w.queue) > 0, len(w.flushes) > 0, w.quit, w.err != nil, w.last
 		w.mu.Unlock()
 		switch {
 		case stopped:
@@ -378,7 +377,11 @@ func (w *shardWriter) loop() {
 		case quit:
 			w.finish(ctx, true)
 			return
-		case len(flushes) > 0:
+		case flushing:
+			w.mu.Lock()
+			flushes := w.flushes
+			w.flushes = nil
+			w.mu.Unlock()
 			for w.commitNext(ctx) {
 			}
 			var err error

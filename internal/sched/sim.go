@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -53,8 +54,8 @@ type task struct {
 	proc   *Proc
 	label  string
 	wake   chan struct{}
-	queued bool // in runq
-	waits  []*simEvent
+	queued bool   // in runq
+	last   string // the last point it reached, for Blocked
 }
 
 type simTimer struct {
@@ -263,6 +264,27 @@ func (s *Sim) Halt() {
 	}
 }
 
+// Blocked lists the live tasks that are not runnable (waiting, or of a
+// frozen process), with the last point each reached: what to look at when
+// a simulation stops making progress.
+func (s *Sim) Blocked() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for t := range s.live {
+		state := "waiting"
+		if t.queued {
+			state = "runnable"
+		}
+		if t.proc.frozen {
+			state += ", frozen"
+		}
+		out = append(out, fmt.Sprintf("%s (%s) after %q", t.label, state, t.last))
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Go starts f as a task of p.
 func (p *Proc) Go(f func()) { p.s.spawn(p, "", f) }
 
@@ -353,6 +375,7 @@ func (p *Proc) Point(name string) {
 	s.runq = append(s.runq, t)
 	if name != "" {
 		s.record("point %s at %s", t.label, name)
+		t.last = name
 	}
 	_ = s.block(t)
 }
