@@ -46,7 +46,8 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 		return AppendResult{}, fmt.Errorf("%w: %d bytes exceeds %d", ErrTooLarge, size, cfg.MaxPayload)
 	}
 	w, err := t.shardWriter(ctx)
-	if nt := t.successor(ctx, err); nt != nil {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
 		return nt.Append(ctx, rec, r, size) // nothing of the body was read yet
 	}
 	if err != nil {
@@ -139,7 +140,8 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 		dupOf = append(dupOf, -1)
 	}
 	w, err := t.shardWriter(ctx)
-	if nt := t.successor(ctx, err); nt != nil {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
 		return nt.AppendBatch(ctx, items)
 	}
 	if err != nil {

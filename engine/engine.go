@@ -404,7 +404,17 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 	err = put(objstore.PutOptions{IfNotExists: true})
 	if errors.Is(err, objstore.ErrPrecondition) {
 		old, attrs, rerr := db.readDescriptor(ctx, lay)
-		if rerr == nil && db.incarnationDropped(ctx, lay, old.Incarnation) {
+		if rerr != nil && !errors.Is(rerr, objstore.ErrNotFound) {
+			return rerr
+		}
+		dropped, derr := db.incarnationDropped(ctx, lay, old.Incarnation)
+		switch {
+		case errors.Is(rerr, objstore.ErrNotFound):
+			// Deleted meanwhile (a drop finishing): try again.
+			err = put(objstore.PutOptions{IfNotExists: true})
+		case derr != nil:
+			return derr
+		case dropped:
 			err = put(objstore.PutOptions{IfMatch: attrs.ETag})
 		}
 		if errors.Is(err, objstore.ErrPrecondition) {
@@ -422,13 +432,19 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 
 // incarnationDropped reports whether a drop tombstoned the incarnation's
 // registry (a drop that stopped before removing the descriptor).
-func (db *DB) incarnationDropped(ctx context.Context, lay layout.Table, inc string) bool {
+func (db *DB) incarnationDropped(ctx context.Context, lay layout.Table, inc string) (bool, error) {
 	l, err := lay.Incarnation(inc)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	reg, _, err := readRegistry(ctx, db, l)
-	return err == nil && reg.Dropped
+	if errors.Is(err, objstore.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return reg.Dropped, nil
 }
 
 // ListTables lists table names in order.

@@ -68,9 +68,9 @@ func (o *owner) renewLoop() {
 	ctx := context.Background()
 	for {
 		tick := o.db.rt.After(o.db.cfg.LeaseDuration / 3)
-		i, _ := o.db.rt.Wait(ctx, o.stop, tick)
+		i, err := o.db.rt.Wait(ctx, o.stop, tick)
 		sched.Stop(tick)
-		if i == 0 {
+		if i == 0 || err != nil {
 			return
 		}
 		if err := o.renew(ctx); errors.Is(err, ErrFenced) {

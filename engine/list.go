@@ -132,7 +132,8 @@ const maxExamined = 10000
 // appends and merges: rows are immutable and ordered by id.
 func (t *Table) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	page, err := t.list(ctx, opts)
-	if nt := t.successor(ctx, err); nt != nil {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
 		return nt.list(ctx, opts)
 	}
 	return page, err
@@ -251,7 +252,8 @@ func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 	cw := &countingWriter{w: w}
 	err := t.scan(ctx, cw, opts)
 	if cw.n == 0 {
-		if nt := t.successor(ctx, err); nt != nil {
+		var nt *Table
+		if nt, err = t.successor(ctx, err); nt != nil {
 			return nt.scan(ctx, w, opts)
 		}
 	}
@@ -409,7 +411,8 @@ type VersionInfo struct {
 // Versions lists the retained base versions, oldest first.
 func (t *Table) Versions(ctx context.Context) ([]VersionInfo, error) {
 	vs, err := t.versions(ctx)
-	if nt := t.successor(ctx, err); nt != nil {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
 		return nt.versions(ctx)
 	}
 	return vs, err

@@ -102,11 +102,19 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 			return res, err
 		}
 		base, err := t.loadBase(ctx, latest)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // collected since it was found: a newer one exists
+		}
 		if err != nil {
 			return res, err
 		}
 		cands, sealed, err := t.mergeCandidates(ctx, reg, base.m)
 		res.Sealed = append(res.Sealed, sealed...)
+		if errors.Is(err, objstore.ErrNotFound) {
+			// Another merger merged and reclaimed a generation since this
+			// pass loaded its base: plan again from the newer base.
+			continue
+		}
 		if err != nil {
 			return res, err
 		}

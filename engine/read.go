@@ -30,7 +30,8 @@ const maxRetries = 2
 // Get returns a row's metadata (payload bytes are not loaded).
 func (t *Table) Get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
 	rec, err := t.get(ctx, id, opts)
-	if nt := t.successor(ctx, err); nt != nil {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
 		return nt.get(ctx, id, opts)
 	}
 	return rec, err
@@ -192,6 +193,11 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 }
 
 func (t *Table) versionMissing(ctx context.Context, v uint64) error {
+	// A version missing because this incarnation was dropped says nothing
+	// about the table as it is now.
+	if err := t.checkDescriptor(ctx); err != nil {
+		return t.noteGone(err)
+	}
 	latest, err := t.latestVersion(ctx, t.snap.Load().version())
 	if err != nil {
 		return err
@@ -284,7 +290,8 @@ func payloadRecord(loc location) *Record {
 // same offset, within the same bounded retries.
 func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
 	p, err := t.openPayload(ctx, id, offset, length, opts)
-	if nt := t.successor(ctx, err); nt != nil {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
 		return nt.openPayload(ctx, id, offset, length, opts)
 	}
 	return p, err

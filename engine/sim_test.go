@@ -39,6 +39,7 @@ var (
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this simulation seed (replays it exactly)")
 	simTrace = flag.Bool("sim.trace", false, "print the last scheduling steps of a failing seed")
 	simLog   = flag.Bool("sim.log", false, "log every seed's steps and time")
+	simSteps = flag.Int("sim.steps", 200, "scheduling steps a failing seed's trace shows (with -sim.trace)")
 )
 
 // TestSimulation runs the seeded simulation over many seeds.
@@ -144,16 +145,18 @@ type simWorld struct {
 	epoch     int
 	times     []time.Time // simulated time of each event
 	dropping  bool        // a drop is running
-	dropEnd   int  // event at which the last drop completed
+	dropEnd   int         // event at which the last drop completed
 	events    int
 	inflight  int
 	opDone    sched.Event
 	finished  bool
+	halted    bool // set once the run is over: every store call fails
 	problems  []string
 }
 
 type simProc struct {
-	ops    int // operations running on it
+	ops    int  // operations running on it
+	fixed  bool // never frozen or crashed (a checking process)
 	name   string
 	p      *sched.Proc
 	db     *DB
@@ -206,6 +209,9 @@ func simRecord(id string) Record {
 func runSim(seed uint64, opts simOptions) (res simResult) {
 	start := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	s := sched.NewSim(seed, start)
+	if *simTrace {
+		s.TraceLen = *simSteps
+	}
 	w := &simWorld{seed: seed, s: s, rng: s.Rng(), rows: map[string]*simRow{}, trace: *simTrace}
 	w.mem = memory.New(memory.WithClock(s.Now))
 	w.pFail = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
@@ -227,6 +233,7 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	res.steps = s.Steps()
 	res.trace = s.Trace()
 	blocked := s.Blocked()
+	w.halted = true
 	s.Halt()
 	switch {
 	case err != nil:
@@ -307,9 +314,16 @@ func (w *simWorld) drive(ops int) {
 	dropped := false
 	for i := 0; i < ops; i++ {
 		for w.running() >= 6 {
-			ev := w.opDone
-			if _, err := d.Wait(ctx, ev); err != nil {
+			// Operations may wait on frozen processes: after a while
+			// one comes back.
+			ev, timeout := w.opDone, d.After(500*time.Millisecond)
+			i, err := d.Wait(ctx, ev, timeout)
+			sched.Stop(timeout)
+			if err != nil {
 				return
+			}
+			if i == 1 {
+				w.thaw()
 			}
 		}
 		_, _ = d.Wait(ctx, d.After(time.Duration(w.rng.IntN(30))*time.Millisecond))
@@ -402,10 +416,21 @@ func (w *simWorld) start(p *simProc, name string, op func(context.Context, *simP
 	})
 }
 
+// victims are the processes that may be frozen or crashed.
+func (w *simWorld) victims(unfrozen bool) []*simProc {
+	var out []*simProc
+	for _, p := range w.live(false, unfrozen) {
+		if !p.fixed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // crash kills a process for good (its calls in flight are abandoned) and,
 // for a writer, starts a replacement with the same shard.
 func (w *simWorld) crash() {
-	p := w.pick(w.live(false, false))
+	p := w.pick(w.victims(false))
 	if p == nil || len(w.live(false, false)) < 3 {
 		return
 	}
@@ -421,7 +446,7 @@ func (w *simWorld) crash() {
 // freeze pauses a process (a long GC pause, a partition): it may come back
 // as a zombie after its leases lapsed and others took over.
 func (w *simWorld) freeze() {
-	p := w.pick(w.live(false, true))
+	p := w.pick(w.victims(true))
 	if p == nil || len(w.live(false, true)) < 3 {
 		return
 	}
@@ -809,7 +834,8 @@ func (w *simWorld) opMerge(ctx context.Context, p *simProc) {
 	if err == nil {
 		res, err = tb.Merge(ctx, MergeOptions{MaxBytes: int64(1+w.rng.IntN(4)) * (32 << 10)})
 	}
-	if err != nil && !errors.Is(err, ErrMergerBusy) && !w.allowedReadErr(err, 0) && !errors.Is(err, ErrTableNotFound) {
+	if err != nil && !errors.Is(err, ErrMergerBusy) && !w.allowedReadErr(err, 0) && !errors.Is(err, ErrTableNotFound) &&
+		!errors.Is(err, ErrOutcomeUnknown) {
 		w.problem("merge: %v", err)
 	}
 	if epoch != w.epoch || w.dropping {
@@ -872,6 +898,7 @@ func (w *simWorld) opDrop(ctx context.Context, p *simProc) {
 // the others but the store.
 func (w *simWorld) opFreshCheck(ctx context.Context, _ *simProc) {
 	fresh := w.newProc("fresh", "")
+	fresh.fixed = true
 	defer func() { fresh.dead = true }()
 	for i := 0; i < 5 && len(w.order) > 0; i++ {
 		r := w.rows[w.order[w.rng.IntN(len(w.order))]]
@@ -966,6 +993,9 @@ type simStore struct {
 }
 
 func (s *simStore) enter(op, key string) error {
+	if s.w.halted {
+		return sched.ErrHalted
+	}
 	if s.w.trace {
 		s.proc.Point(op + " " + key)
 	} else {

@@ -328,11 +328,15 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	for i, name := range early {
 		got[name] = heads[i]
 	}
+	// A shard that changed state (became active or idle) since cur's
+	// registry is probed again now, after the registry was read: a probe
+	// from round one may predate the shard's last commit before it went
+	// idle, and an idle shard is not probed again until it changes.
 	var late []string
 	for _, name := range sortedKeys(reg.Shards) {
 		e := reg.Shards[name]
-		stale := curReg == nil || e.Changed > curReg.Version || cur.shards[name] == nil
-		if _, ok := got[name]; !ok && (e.Active || stale) {
+		changed := curReg == nil || e.Changed > curReg.Version || cur.shards[name] == nil
+		if _, ok := got[name]; changed || (!ok && e.Active) {
 			late = append(late, name)
 		}
 	}

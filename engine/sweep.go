@@ -61,6 +61,9 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 	// reclaimed in between is in a version read below, so none of its
 	// payloads looks unreferenced.
 	reg, _, err := readRegistry(ctx, t.db, t.lay)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return res, errDropped
+	}
 	if err != nil {
 		return res, err
 	}

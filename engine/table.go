@@ -85,15 +85,21 @@ func (t *Table) live() error { return t.retiredErr() }
 // anew, here or by another process): a request that met the old
 // incarnation is then served by the new one instead of answering "no such
 // table" for a table that exists.
-func (t *Table) successor(ctx context.Context, err error) *Table {
+//
+// It returns the new handle, or nil and the error to report: err, or the
+// failure to open the table again (a store error is not "no such table").
+func (t *Table) successor(ctx context.Context, err error) (*Table, error) {
 	if !errors.Is(err, errDropped) {
-		return nil
+		return nil, err
 	}
 	nt, oerr := t.db.Table(ctx, t.Name())
-	if oerr != nil || nt == t {
-		return nil
+	switch {
+	case oerr != nil && !errors.Is(oerr, ErrTableNotFound):
+		return nil, oerr
+	case oerr != nil || nt == t:
+		return nil, err
 	}
-	return nt
+	return nt, nil
 }
 
 // noteGone retires the handle when err says the incarnation is gone.
@@ -197,7 +203,8 @@ func (t *Table) Refresh(ctx context.Context) error {
 // Status refreshes and reports the table's latest view.
 func (t *Table) Status(ctx context.Context) (Status, error) {
 	st, err := t.status(ctx)
-	if nt := t.successor(ctx, err); nt != nil {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
 		return nt.status(ctx)
 	}
 	return st, err

@@ -396,7 +396,9 @@ func (w *shardWriter) loop() {
 			continue
 		case work:
 			// Let concurrent appends gather into one segment.
-			_, _ = rt.Wait(ctx, rt.After(cfg.GroupCommitWindow))
+			if _, err := rt.Wait(ctx, rt.After(cfg.GroupCommitWindow)); err != nil {
+				return
+			}
 			for w.commitNext(ctx) {
 			}
 			continue
@@ -414,13 +416,18 @@ func (w *shardWriter) loop() {
 			}
 		}
 		if !timed {
-			_, _ = rt.Wait(ctx, wake)
+			if _, err := rt.Wait(ctx, wake); err != nil {
+				return // the runtime stopped (a halted simulation)
+			}
 			continue
 		}
 		if next > 0 {
 			timer := rt.After(next)
-			i, _ := rt.Wait(ctx, wake, timer)
+			i, err := rt.Wait(ctx, wake, timer)
 			sched.Stop(timer)
+			if err != nil {
+				return
+			}
 			if i == 0 {
 				continue
 			}

@@ -47,6 +47,9 @@ type Sim struct {
 	// Watchdog bounds how long a task may run without reaching a
 	// scheduling point (a task blocked outside the scheduler is a bug).
 	Watchdog time.Duration
+	// TraceLen is how many of the last scheduling decisions Trace keeps
+	// (0: none).
+	TraceLen int
 }
 
 type task struct {
@@ -143,12 +146,13 @@ func (s *Sim) Trace() []string {
 	return append([]string(nil), s.trace...)
 }
 
-const traceLen = 200
-
 func (s *Sim) record(format string, args ...any) {
-	if len(s.trace) == traceLen {
-		copy(s.trace, s.trace[1:])
-		s.trace = s.trace[:traceLen-1]
+	if s.TraceLen <= 0 {
+		return
+	}
+	if len(s.trace) >= s.TraceLen {
+		n := copy(s.trace, s.trace[len(s.trace)-s.TraceLen+1:])
+		s.trace = s.trace[:n]
 	}
 	s.trace = append(s.trace, fmt.Sprintf("%d %s ", s.steps, s.now.Format("15:04:05.000"))+fmt.Sprintf(format, args...))
 }
