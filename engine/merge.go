@@ -127,6 +127,11 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		m, written, stats, err := t.buildVersion(ctx, base, plan, compact)
 		if err != nil {
 			t.deleteFiles(written)
+			if errors.Is(err, objstore.ErrNotFound) {
+				// A merger whose lease lapsed mid-pass (both think they are
+				// the merger) merged and reclaimed it first: replan.
+				continue
+			}
 			return res, err
 		}
 		if err := t.db.point(ctx, "merge:after-data"); err != nil {
