@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/layout"
@@ -32,9 +33,15 @@ type registry struct {
 	etag string
 }
 
+// shardEntry is a shard's activity: the writers that registered as active
+// and have not left. A shard is active while any has not: a writer leaves
+// only itself, so a stopped writer of the shard (a zombie) leaving cannot
+// make the shard look idle while its current writer commits; a new owner
+// clears the writers it fenced.
 type shardEntry struct {
-	Active  bool   `json:"active"`
-	Changed uint64 `json:"changed"`
+	Active  bool     `json:"active"`
+	Writers []string `json:"writers,omitempty"`
+	Changed uint64   `json:"changed"`
 }
 
 // errDropped reports an incarnation whose registry or head is a drop's
@@ -112,14 +119,26 @@ func updateRegistry(ctx context.Context, db *DB, inc layout.Inc, fn func(r *regi
 	}
 }
 
-// setActive marks a shard active or idle in the registry.
-func setActive(ctx context.Context, db *DB, inc layout.Inc, shard string, active bool) error {
+// setActive registers writer as active on shard, or removes it. With
+// only, every other writer of the shard is removed too (a new owner, once
+// it fenced them).
+func setActive(ctx context.Context, db *DB, inc layout.Inc, shard, writer string, active, only bool) error {
 	_, err := updateRegistry(ctx, db, inc, func(r *registry) bool {
-		e, ok := r.Shards[shard]
-		if ok && e.Active == active {
+		e := r.Shards[shard]
+		var ws []string
+		for _, w := range e.Writers {
+			if w != writer && !only {
+				ws = append(ws, w)
+			}
+		}
+		if active {
+			ws = append(ws, writer)
+			slices.Sort(ws)
+		}
+		if _, ok := r.Shards[shard]; ok && slices.Equal(ws, e.Writers) {
 			return false
 		}
-		r.Shards[shard] = shardEntry{Active: active, Changed: r.Version + 1}
+		r.Shards[shard] = shardEntry{Active: len(ws) > 0, Writers: ws, Changed: r.Version + 1}
 		return true
 	})
 	return err

@@ -151,7 +151,7 @@ func (t *Table) liveWriter() *shardWriter {
 // writer.
 func (w *shardWriter) recover(ctx context.Context) error {
 	t := w.t
-	if err := setActive(ctx, t.db, t.lay, w.shard, true); err != nil {
+	if err := setActive(ctx, t.db, t.lay, w.shard, w.id, true, false); err != nil {
 		return err
 	}
 	w.active = true
@@ -195,7 +195,9 @@ func (w *shardWriter) recover(ctx context.Context) error {
 			return err
 		}
 		w.open(nh)
-		return nil
+		// The writers before this one can commit nothing more: they leave
+		// the registry.
+		return setActive(ctx, t.db, t.lay, w.shard, w.id, true, true)
 	}
 	return fmt.Errorf("%w: %s/%s: the head kept moving", ErrShardOwned, t.Name(), w.shard)
 }
@@ -441,7 +443,7 @@ func (w *shardWriter) loop() {
 		idle := len(w.queue) == 0 && !now.Before(w.last.Add(cfg.IdleAfter))
 		w.mu.Unlock()
 		if w.active && idle {
-			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, false); err != nil {
+			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, false, false); err != nil {
 				w.fail(nil, err)
 				continue
 			}
@@ -461,7 +463,7 @@ func (w *shardWriter) finish(ctx context.Context, clean bool) {
 			w.fail(nil, w.rotate(ctx, false))
 		}
 		if w.active && w.errOrNil() == nil {
-			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, false); err == nil {
+			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, false, false); err == nil {
 				w.active = false
 			}
 		}
@@ -574,7 +576,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	}
 	if !w.active {
 		// Readers must probe this shard before this append is acknowledged.
-		if err := setActive(ctx, t.db, t.lay, w.shard, true); err != nil {
+		if err := setActive(ctx, t.db, t.lay, w.shard, w.id, true, false); err != nil {
 			w.fail(batch, err)
 			return t.noteGone(err)
 		}
