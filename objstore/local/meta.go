@@ -63,7 +63,13 @@ func metaDirOf(dir string) string {
 // file with id that holds key.
 func sidecarName(key string, id uint64) string {
 	name := nativePath(key)
-	return filepath.Join(metaDirOf(filepath.Dir(name)), filepath.Base(name)+"."+strconv.FormatUint(id, 16)+metaSuffix)
+	return filepath.Join(filepath.Dir(name), sidecarBase(filepath.Base(name), id))
+}
+
+// sidecarBase is the name, relative to the directory of the file base, of
+// the sidecar describing that file with id.
+func sidecarBase(base string, id uint64) string {
+	return filepath.Join(metaDir, base+"."+strconv.FormatUint(id, 16)+metaSuffix)
 }
 
 // sidecarOf parses the name of an entry of a sidecar directory: the base
@@ -85,10 +91,10 @@ func sidecarOf(entry string) (base string, ok bool) {
 	return rest[:i], true
 }
 
-// readSidecar reads and checks the sidecar at name. A missing one is
+// readSidecar reads and checks the sidecar at name in dir. A missing one is
 // fs.ErrNotExist; a damaged one errCorrupt. Other errors are native.
-func (b *Bucket) readSidecar(name string) (sidecar, error) {
-	f, err := b.root.Open(name)
+func readSidecar(dir *os.Root, name string) (sidecar, error) {
+	f, err := dir.Open(name)
 	if err != nil {
 		if isMissing(err) {
 			return sidecar{}, fs.ErrNotExist
@@ -133,44 +139,81 @@ type object struct {
 // the key's only sidecar (a copied folder) or reported as damage.
 func (b *Bucket) openObject(key string) (object, error) {
 	name := nativePath(key)
+	dirName, base := filepath.Dir(name), filepath.Base(name)
 	var lastID uint64
 	for attempt := 0; ; attempt++ {
-		f, fi, id, err := b.openFile(name)
-		if err != nil {
-			return object{}, err
+		// Both files are opened relative to their directory, which os.Root
+		// would otherwise walk to from root twice.
+		dir := b.root
+		if dirName != "." {
+			d, err := b.root.OpenRoot(dirName)
+			if err != nil {
+				if fi, serr := b.root.Stat(dirName); serr == nil && !fi.IsDir() {
+					// OpenRoot's own error for this has no errno.
+					err = &fs.PathError{Op: "open", Path: dirName, Err: syscall.ENOTDIR}
+				}
+				return object{}, err
+			}
+			dir = d
 		}
-		meta := sidecarName(key, id)
-		s, err := b.readSidecar(meta)
-		if errors.Is(err, fs.ErrNotExist) && ((attempt > 0 && id == lastID) || attempt == openAttempts-1) {
-			meta, s, err = b.soleSidecar(key, fi.Size())
+		obj, id, err := openIn(dir, key, base, attempt, lastID)
+		if dir != b.root {
+			dir.Close()
 		}
-		if err == nil && s.Size != fi.Size() {
-			err = fmt.Errorf("%w: %s has %d bytes, its sidecar says %d (changed outside the store?)", errCorrupt, name, fi.Size(), s.Size)
-		}
-		if err == nil {
-			return object{f: f, meta: meta, attrs: objstore.Attrs{
-				Key:          key,
-				Size:         fi.Size(),
-				ETag:         s.ETag,
-				LastModified: fi.ModTime().UTC(),
-				Metadata:     s.Metadata,
-				ContentType:  contentType(s.ContentType),
-			}}, nil
-		}
-		f.Close()
-		if !errors.Is(err, fs.ErrNotExist) {
-			return object{}, &fs.PathError{Op: "read", Path: name, Err: err}
+		if !errors.Is(err, errReopen) {
+			if err == nil {
+				obj.meta = filepath.Join(dirName, obj.meta)
+			}
+			return obj, err
 		}
 		lastID = id
 	}
 }
 
-// openFile opens the regular file name and returns it with its stat and id.
-// A directory is EISDIR (no key makes one with an object's name, see
-// openObject's callers), anything else that is not a regular file
-// errCorrupt.
-func (b *Bucket) openFile(name string) (*os.File, fs.FileInfo, uint64, error) {
-	f, err := b.root.Open(name)
+// errReopen: the opened file has no sidecar of its own; open the key again.
+var errReopen = errors.New("reopen")
+
+// openIn is attempt number attempt of openObject, with base the file's
+// name in dir and lastID the id the attempt before found. A sidecar missing
+// for the opened file is errReopen on the first attempt and, up to the
+// last, while the file keeps changing; otherwise soleSidecar settles it.
+// The object's meta is relative to dir.
+func openIn(dir *os.Root, key, base string, attempt int, lastID uint64) (object, uint64, error) {
+	f, fi, id, err := openFile(dir, base)
+	if err != nil {
+		return object{}, 0, err
+	}
+	meta := sidecarBase(base, id)
+	s, err := readSidecar(dir, meta)
+	if errors.Is(err, fs.ErrNotExist) {
+		if attempt == 0 || id != lastID && attempt < openAttempts-1 {
+			f.Close()
+			return object{}, id, errReopen
+		}
+		meta, s, err = soleSidecar(dir, base, fi.Size())
+	}
+	if err == nil && s.Size != fi.Size() {
+		err = fmt.Errorf("%w: %s has %d bytes, its sidecar says %d (changed outside the store?)", errCorrupt, key, fi.Size(), s.Size)
+	}
+	if err != nil {
+		f.Close()
+		return object{}, id, &fs.PathError{Op: "read", Path: key, Err: err}
+	}
+	return object{f: f, meta: meta, attrs: objstore.Attrs{
+		Key:          key,
+		Size:         fi.Size(),
+		ETag:         s.ETag,
+		LastModified: fi.ModTime().UTC(),
+		Metadata:     s.Metadata,
+		ContentType:  contentType(s.ContentType),
+	}}, id, nil
+}
+
+// openFile opens the regular file name in dir and returns it with its stat
+// and id. A directory is EISDIR (a directory of other keys), anything else
+// that is not a regular file errCorrupt.
+func openFile(dir *os.Root, name string) (*os.File, fs.FileInfo, uint64, error) {
+	f, err := dir.Open(name)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -192,18 +235,19 @@ func (b *Bucket) openFile(name string) (*os.File, fs.FileInfo, uint64, error) {
 	return f, fi, id, nil
 }
 
-// soleSidecar finds the sidecar of a file whose id names none: the key's
-// only sidecar that records size. It returns fs.ErrNotExist wrapped in
-// errCorrupt's message when there is none, and errCorrupt when there are
-// several: guessing could pair bytes with another version's metadata.
-func (b *Bucket) soleSidecar(key string, size int64) (string, sidecar, error) {
-	name := nativePath(key)
-	dir := metaDirOf(filepath.Dir(name))
-	ents, err := b.readDir(dir)
+// soleSidecar finds the sidecar of the file base in dir whose id names
+// none: the file's only sidecar that records size. None, or several, is
+// errCorrupt: guessing could pair bytes with another version's metadata.
+func soleSidecar(dir *os.Root, base string, size int64) (string, sidecar, error) {
+	d, err := dir.Open(metaDir)
+	var ents []fs.DirEntry
+	if err == nil {
+		ents, err = d.ReadDir(-1)
+		d.Close()
+	}
 	if err != nil && !isMissing(err) {
 		return "", sidecar{}, err
 	}
-	base := filepath.Base(name)
 	var (
 		found  []string
 		found1 sidecar
@@ -212,8 +256,8 @@ func (b *Bucket) soleSidecar(key string, size int64) (string, sidecar, error) {
 		if of, ok := sidecarOf(e.Name()); !ok || of != base {
 			continue
 		}
-		meta := filepath.Join(dir, e.Name())
-		s, err := b.readSidecar(meta)
+		meta := filepath.Join(metaDir, e.Name())
+		s, err := readSidecar(dir, meta)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -226,11 +270,11 @@ func (b *Bucket) soleSidecar(key string, size int64) (string, sidecar, error) {
 	}
 	switch len(found) {
 	case 0:
-		return "", sidecar{}, fmt.Errorf("%w: %s has no sidecar (not written by this store, or copied without its %s directory)", errCorrupt, name, metaDir)
+		return "", sidecar{}, fmt.Errorf("%w: %s has no sidecar (not written by this store, or copied without its %s directory)", errCorrupt, base, metaDir)
 	case 1:
 		return found[0], found1, nil
 	}
-	return "", sidecar{}, fmt.Errorf("%w: %s has no sidecar of its own and %d that could be its own (a copy of a folder a crash left mid-write?)", errCorrupt, name, len(found))
+	return "", sidecar{}, fmt.Errorf("%w: %s has no sidecar of its own and %d that could be its own (a copy of a folder a crash left mid-write?)", errCorrupt, base, len(found))
 }
 
 // hasSidecar reports whether the file of key with id, as seen by a List,
