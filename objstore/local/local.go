@@ -37,7 +37,7 @@
 // On a case-insensitive file system, keys that differ only in case name the
 // same object. A key's segments are file names, so one longer than the file
 // system allows (255 bytes on most) is refused with objstore.ErrInvalidKey;
-// the sidecar's name adds up to 23 bytes to the last one.
+// the sidecar's name adds up to 22 bytes to the last one.
 //
 // Keys are resolved with os.Root: a symbolic link planted under root is
 // followed only while it stays inside root, and List does not report links.
