@@ -37,8 +37,15 @@ var (
 	// ErrThrottled: the store kept answering 429/503 after the client's own
 	// retries. Callers surface it as "retry later".
 	ErrThrottled = errors.New("objstore: throttled")
-	// ErrInvalidKey: the key is malformed (empty, absolute, "..", NUL, ...).
+	// ErrInvalidKey: the key is malformed (empty, absolute, "..", NUL, ...),
+	// or so are a metadata key or the content type of a Put.
 	ErrInvalidKey = errors.New("objstore: invalid key")
+	// ErrKeyConflict: on a backend that stores keys as file paths (local),
+	// the key names a directory of stored keys ("a/b" while "a/b/c" exists)
+	// or lies below a stored key ("a/b/c" while "a/b" exists): a file cannot
+	// also be a directory. Azure and memory never return it; rollstore's
+	// layout never makes such keys.
+	ErrKeyConflict = errors.New("objstore: key conflicts with a stored key (one would be the other's directory)")
 	// ErrTooLarge: a conditional Put body exceeds what the backend can write
 	// atomically in one shot.
 	ErrTooLarge = errors.New("objstore: object too large for a conditional put")
@@ -53,9 +60,14 @@ type Attrs struct {
 	// Metadata keys are always lower-case, whatever the backend returned
 	// (Azure capitalises them header-style).
 	Metadata map[string]string
-	// ContentType is the object's media type, where the backend keeps one.
+	// ContentType is the media type stored with the object:
+	// DefaultContentType when the Put set none.
 	ContentType string
 }
+
+// DefaultContentType is the content type of an object whose Put set none,
+// as on Azure.
+const DefaultContentType = "application/octet-stream"
 
 // PutOptions are the conditions and metadata of a Put. At most one of
 // IfNotExists and IfMatch may be set.
@@ -69,12 +81,12 @@ type PutOptions struct {
 	// Metadata is stored with the object. Keys must be lower-case ASCII
 	// letters, digits and '_' (the intersection every backend accepts).
 	Metadata map[string]string
+	// ContentType is the object's media type (Azure's Content-Type
+	// property); empty means DefaultContentType. See ValidateContentType.
+	ContentType string
 	// Size is the body length when known and > 0; 0 or -1 mean unknown.
 	// Backends use it to choose single-shot or streamed uploads.
 	Size int64
-	// ContentType is stored with the object; empty means the backend's
-	// default (application/octet-stream).
-	ContentType string
 }
 
 // ListOptions shape a listing.
@@ -158,6 +170,29 @@ func ValidateMetadata(md map[string]string) error {
 			if !ok {
 				return errorf(ErrInvalidKey, "metadata key %q: want [a-z_][a-z0-9_]*", k)
 			}
+		}
+	}
+	return nil
+}
+
+// maxContentType bounds a content type; it matches the engine's limit on
+// the record field the payload's type comes from.
+const maxContentType = 1024
+
+// ValidateContentType accepts "" (the default) or up to 1024 bytes of
+// printable ASCII without leading or trailing space: what every backend can
+// carry, Azure as an HTTP header value. It does not parse media types, so
+// that whatever a client declared is kept as declared.
+func ValidateContentType(ct string) error {
+	if len(ct) > maxContentType {
+		return errorf(ErrInvalidKey, "content type of %d bytes: the limit is %d", len(ct), maxContentType)
+	}
+	if ct != strings.TrimSpace(ct) {
+		return errorf(ErrInvalidKey, "content type %q: leading or trailing space", ct)
+	}
+	for i := 0; i < len(ct); i++ {
+		if c := ct[i]; c < 0x20 || c > 0x7e {
+			return errorf(ErrInvalidKey, "content type %q: want printable ASCII", ct)
 		}
 	}
 	return nil

@@ -225,6 +225,7 @@ func runServe(ctx context.Context, env cmdEnv, args []string) error {
 		return fmt.Errorf("opening the engine: %w", err)
 	}
 	cfg.server.Store = raw // the backend itself: readiness uses its Check if it has one
+	cfg.server.StorePrefix = cfg.prefix
 	cfg.server.Logger = log
 	srv, err := server.New(db, cfg.server)
 	if err != nil {

@@ -29,7 +29,7 @@ func (b *Bucket) Get(ctx context.Context, key string) (io.ReadCloser, objstore.A
 	if err != nil {
 		return nil, objstore.Attrs{}, mapError(opGet, key, err)
 	}
-	a := attrs(key, resp.ContentLength, resp.ETag, resp.LastModified, resp.Metadata)
+	a := attrs(key, resp.ContentLength, resp.ETag, resp.LastModified, resp.ContentType, resp.Metadata)
 	return b.body(ctx, key, &resp), a, nil
 }
 
@@ -142,13 +142,17 @@ func (b *Bucket) Head(ctx context.Context, key string) (objstore.Attrs, error) {
 	if err != nil {
 		return objstore.Attrs{}, mapError(opHead, key, err)
 	}
-	return attrs(key, resp.ContentLength, resp.ETag, resp.LastModified, resp.Metadata), nil
+	return attrs(key, resp.ContentLength, resp.ETag, resp.LastModified, resp.ContentType, resp.Metadata), nil
 }
 
 // attrs builds Attrs from response headers. Metadata keys are lower-cased:
-// the service echoes them header-style ("Commitid"), whatever was stored.
-func attrs(key string, size *int64, etag *azcore.ETag, mod *time.Time, md map[string]*string) objstore.Attrs {
-	a := objstore.Attrs{Key: key}
+// the service echoes them header-style ("Commitid"), whatever was stored. A
+// blob without a Content-Type (written by another tool) reports the default.
+func attrs(key string, size *int64, etag *azcore.ETag, mod *time.Time, ct *string, md map[string]*string) objstore.Attrs {
+	a := objstore.Attrs{Key: key, ContentType: objstore.DefaultContentType}
+	if ct != nil && *ct != "" {
+		a.ContentType = *ct
+	}
 	if size != nil {
 		a.Size = *size
 	}

@@ -35,6 +35,9 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, opts objstore
 	if err := objstore.ValidateMetadata(opts.Metadata); err != nil {
 		return objstore.Attrs{}, err
 	}
+	if err := objstore.ValidateContentType(opts.ContentType); err != nil {
+		return objstore.Attrs{}, err
+	}
 	if _, ok := opts.Metadata[commitKey]; ok {
 		return objstore.Attrs{}, errorf(objstore.ErrInvalidKey, opPut, key, "metadata key %q is reserved", commitKey)
 	}
@@ -70,10 +73,11 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 	client := b.client.NewBlockBlobClient(key)
 	resp, err := client.Upload(ctx, body, &blockblob.UploadOptions{
 		Metadata:         md,
+		HTTPHeaders:      headers(opts.ContentType),
 		AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: cond},
 	})
 	if err == nil {
-		return putAttrs(key, size, resp.ETag, resp.LastModified, opts.Metadata), nil
+		return putAttrs(key, size, resp.ETag, resp.LastModified, opts), nil
 	}
 	err = mapError(opPut, key, err)
 	if !errors.Is(err, objstore.ErrPrecondition) {
@@ -82,7 +86,7 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 	props, perr := client.GetProperties(ctx, nil)
 	switch perr = mapError(opHead, key, perr); {
 	case perr == nil && commitOf(props.Metadata) == id:
-		return attrs(key, props.ContentLength, props.ETag, props.LastModified, props.Metadata), nil
+		return attrs(key, props.ContentLength, props.ETag, props.LastModified, props.ContentType, props.Metadata), nil
 	case perr == nil, errors.Is(perr, objstore.ErrNotFound):
 		return objstore.Attrs{}, err
 	default:
@@ -128,11 +132,11 @@ func (b *Bucket) putUnconditional(ctx context.Context, key string, r io.Reader, 
 	// Bodies of up to one block go out in one request, from memory or a
 	// seekable reader: streaming them would allocate a whole block buffer.
 	single := func(body io.ReadSeekCloser, size int64) (objstore.Attrs, error) {
-		resp, err := client.Upload(ctx, body, &blockblob.UploadOptions{Metadata: md})
+		resp, err := client.Upload(ctx, body, &blockblob.UploadOptions{Metadata: md, HTTPHeaders: headers(opts.ContentType)})
 		if err != nil {
 			return objstore.Attrs{}, mapError(opPut, key, err)
 		}
-		return putAttrs(key, size, resp.ETag, resp.LastModified, opts.Metadata), nil
+		return putAttrs(key, size, resp.ETag, resp.LastModified, opts), nil
 	}
 	if s, err := asSection(r); err != nil {
 		return objstore.Attrs{}, fmt.Errorf("azure put %s: body: %w", key, err)
@@ -158,19 +162,30 @@ func (b *Bucket) putUnconditional(ctx context.Context, key string, r io.Reader, 
 		BlockSize:   b.blockSize,
 		Concurrency: b.concurrency,
 		Metadata:    md,
+		HTTPHeaders: headers(opts.ContentType),
 	})
 	if err != nil {
 		return objstore.Attrs{}, mapError(opPut, key, err)
 	}
-	return putAttrs(key, cr.n, resp.ETag, resp.LastModified, opts.Metadata), nil
+	return putAttrs(key, cr.n, resp.ETag, resp.LastModified, opts), nil
 }
 
-func putAttrs(key string, size int64, etag *azcore.ETag, mod *time.Time, md map[string]string) objstore.Attrs {
-	a := attrs(key, &size, etag, mod, nil)
-	if len(md) > 0 {
-		a.Metadata = maps.Clone(md)
+func putAttrs(key string, size int64, etag *azcore.ETag, mod *time.Time, opts objstore.PutOptions) objstore.Attrs {
+	a := attrs(key, &size, etag, mod, headers(opts.ContentType).BlobContentType, nil)
+	if len(opts.Metadata) > 0 {
+		a.Metadata = maps.Clone(opts.Metadata)
 	}
 	return a
+}
+
+// headers sets the blob's Content-Type, the default one included: the
+// service's own default is the same, but saying it keeps a blob's type
+// independent of how it was uploaded.
+func headers(ct string) *blob.HTTPHeaders {
+	if ct == "" {
+		ct = objstore.DefaultContentType
+	}
+	return &blob.HTTPHeaders{BlobContentType: &ct}
 }
 
 func metadata(md map[string]string) map[string]*string {

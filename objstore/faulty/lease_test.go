@@ -11,6 +11,16 @@ import (
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
+// TestConformance runs the suite through a wrapper with no rules: every
+// call, attribute (content type, metadata) and error passes through.
+func TestConformance(t *testing.T) {
+	objstoretest.Run(t, func(t *testing.T) objstore.Bucket {
+		fb := New(memory.New())
+		t.Cleanup(fb.Reset)
+		return fb
+	})
+}
+
 func TestLeaseConformance(t *testing.T) {
 	objstoretest.RunLeases(t, func(t *testing.T) objstore.Bucket {
 		fb := New(memory.New())

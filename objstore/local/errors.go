@@ -10,11 +10,6 @@ import (
 	"github.com/rollstore/rollstore/objstore"
 )
 
-// errInTheWay reports a write blocked by something under root that is not
-// part of the store: a file where a directory of keys must go, or a
-// directory with an object file's name. Keys alone never cause it.
-var errInTheWay = errors.New("a file or directory that is not part of the store is in the way")
-
 // opKind says how an operation reads file system errors.
 type opKind uint8
 
@@ -32,6 +27,8 @@ const (
 func (b *Bucket) mapErr(kind opKind, op, key string, err error) error {
 	var sentinel error
 	switch {
+	case errors.Is(err, objstore.ErrKeyConflict):
+		// Classified by the caller, which knows which name was in the way.
 	case errors.Is(err, fs.ErrNotExist):
 		// A vanished root must not pass for a vanished object: the read path
 		// retries the latter.
@@ -45,15 +42,15 @@ func (b *Bucket) mapErr(kind opKind, op, key string, err error) error {
 			return nil
 		}
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
-		// A foreign file where a directory belongs, or a directory with an
-		// object file's name: either way, no object.
+		// A file where a directory of keys belongs, or a directory of keys
+		// where the object's file would be: either way, no object.
 		switch kind {
 		case readOp:
 			sentinel = objstore.ErrNotFound
 		case deleteOp:
 			return nil
 		default:
-			sentinel = errInTheWay
+			sentinel = objstore.ErrKeyConflict
 		}
 	case errors.Is(err, syscall.ENAMETOOLONG):
 		switch kind {
@@ -66,8 +63,8 @@ func (b *Bucket) mapErr(kind opKind, op, key string, err error) error {
 		}
 	case errors.Is(err, fs.ErrExist), errors.Is(err, syscall.ENOTEMPTY):
 		// link(2) refuses any existing name; rename(2) only a directory,
-		// which is in the way.
-		sentinel = errInTheWay
+		// which holds other keys.
+		sentinel = objstore.ErrKeyConflict
 		if kind == createOp && !b.isDir(nativePath(key)) {
 			sentinel = objstore.ErrPrecondition
 		}
@@ -76,6 +73,12 @@ func (b *Bucket) mapErr(kind opKind, op, key string, err error) error {
 		return fmt.Errorf("local: %s %q: %w", op, key, err)
 	}
 	return fmt.Errorf("local: %s %q: %w: %w", op, key, sentinel, err)
+}
+
+// isMissing reports native errors that mean no file exists by a name: the
+// name, a parent, or the name is a directory (of other keys).
+func isMissing(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR)
 }
 
 // checkRoot returns ErrContainerNotFound when the root directory was removed,

@@ -51,7 +51,7 @@ func (b *Bucket) lockLease(key string, create bool) (unlock func(), err error) {
 	}
 	f, err := b.root.OpenFile(name, flag, filePerm)
 	if create && errors.Is(err, fs.ErrNotExist) {
-		if err := b.root.Mkdir(leaseDir, dirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := b.mkdirs(leaseDir); err != nil {
 			return nil, err
 		}
 		f, err = b.root.OpenFile(name, flag, filePerm)
@@ -223,12 +223,12 @@ func (b *Bucket) ensureObject(ctx context.Context, key string) error {
 	if fi, err := b.root.Stat(nativePath(key)); err == nil && fi.Mode().IsRegular() {
 		return nil
 	}
-	tmp, _, _, err := b.writeTemp(ctx, key, nil, 0, header{ETag: newETag()})
+	tmp, _, id, err := b.writeTemp(ctx, key, nil, 0)
 	if err != nil {
 		return err
 	}
 	defer b.root.Remove(tmp)
-	err = b.commit(key, tmp, objstore.PutOptions{IfNotExists: true}, false)
+	err = b.commit(ctx, key, tmp, id, sidecar{ETag: newETag()}, objstore.PutOptions{IfNotExists: true}, false)
 	if errors.Is(err, objstore.ErrPrecondition) {
 		return nil // created meanwhile, by a Put
 	}

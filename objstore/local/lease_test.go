@@ -201,14 +201,14 @@ func TestLeaseFiles(t *testing.T) {
 	if want := []string{"data/x", "leases/merger"}; !slices.Equal(listed, want) {
 		t.Errorf("List = %q, want %q (the lease object, not the lease files)", listed, want)
 	}
-	if _, err := b.Put(ctx, ".rollstore-leases/x", strings.NewReader("x"), objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+	if _, err := b.Put(ctx, ".rollstore/leases/x", strings.NewReader("x"), objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
 		t.Errorf("Put under the lease directory: %v, want ErrInvalidKey", err)
 	}
-	if _, err := b.AcquireLease(ctx, ".rollstore-leases/x", leaseFor); !errors.Is(err, objstore.ErrInvalidKey) {
+	if _, err := b.AcquireLease(ctx, ".rollstore/leases/x", leaseFor); !errors.Is(err, objstore.ErrInvalidKey) {
 		t.Errorf("AcquireLease under the lease directory: %v, want ErrInvalidKey", err)
 	}
 
-	files, err := filepath.Glob(filepath.Join(root, ".rollstore-leases", "*.lease"))
+	files, err := filepath.Glob(filepath.Join(root, ".rollstore", "leases", "*.lease"))
 	if err != nil || len(files) != 1 {
 		t.Fatalf("lease files: %q, %v; want one", files, err)
 	}

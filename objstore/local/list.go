@@ -2,8 +2,8 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 
@@ -30,7 +30,7 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts objstore.ListOpti
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		dir, name = prefix[:i+1], prefix[i+1:]
 	}
-	if isReserved(dir) || !storableDir(dir) {
+	if dir != "" && checkKey(strings.TrimSuffix(dir, "/")) != nil {
 		return nil // no key can lie there
 	}
 	l := lister{b: b, ctx: ctx, prefix: prefix, delimited: opts.Delimited, fn: fn}
@@ -51,6 +51,7 @@ type dirItem struct {
 	name  string // the key segment
 	order string // name, or name+"/" for a directory
 	dir   bool
+	de    fs.DirEntry
 }
 
 // walk lists the entries of directory dir (a key prefix ending in '/', or
@@ -83,7 +84,7 @@ func (l *lister) walk(dir, name string) error {
 				e  objstore.Entry
 				ok bool
 			)
-			if e, ok, err = l.entry(key); ok {
+			if e, ok, err = l.entry(key, it.de); ok {
 				err = l.fn(e)
 			}
 		}
@@ -94,9 +95,9 @@ func (l *lister) walk(dir, name string) error {
 	return nil
 }
 
-// readDir returns the subdirectories and object files in dir, unsorted,
-// named by key segment. Symbolic links, special files, files without the
-// object suffix and the reserved directories are not part of the store.
+// readDir returns the subdirectories and files in dir, unsorted, named by
+// key segment. Symbolic links, special files and the backend's own names
+// are not part of the store; whether a file is an object, entry decides.
 func (l *lister) readDir(dir string) ([]dirItem, error) {
 	ents, err := l.b.readDir(nativeDir(dir))
 	if err != nil {
@@ -108,12 +109,14 @@ func (l *lister) readDir(dir string) ([]dirItem, error) {
 	items := make([]dirItem, 0, len(ents))
 	for _, e := range ents {
 		n := e.Name()
-		seg, isObj := strings.CutSuffix(n, objSuffix)
+		if isReserved(n) {
+			continue
+		}
 		switch t := e.Type(); {
-		case t.IsDir() && !isObj && !isReservedDir(dir, n):
+		case t.IsDir():
 			items = append(items, dirItem{name: n, order: n + "/", dir: true})
-		case t.IsRegular() && isObj:
-			items = append(items, dirItem{name: seg, order: seg})
+		case t.IsRegular():
+			items = append(items, dirItem{name: n, order: n, de: e})
 		}
 	}
 	return items, nil
@@ -143,7 +146,7 @@ func (l *lister) hasObject(dir string) (bool, error) {
 		if it.dir {
 			ok, err = l.hasObject(dir + it.name + "/")
 		} else {
-			_, ok, err = l.entry(dir + it.name)
+			_, ok, err = l.entry(dir+it.name, it.de)
 		}
 		if ok || err != nil {
 			return ok, err
@@ -152,31 +155,28 @@ func (l *lister) hasObject(dir string) (bool, error) {
 	return false, nil
 }
 
-// entry describes the object at key. It reports ok == false for a file that
-// is gone by now or that is not an object file at all; a damaged object
-// file is an error.
-func (l *lister) entry(key string) (e objstore.Entry, ok bool, err error) {
-	f, err := l.b.root.Open(nativePath(key))
+// entry describes the object at key, whose directory entry is de. It
+// reports ok == false for a file that is gone by now or that is not an
+// object (it has no sidecar). A damaged object is listed: reading it
+// reports the damage.
+func (l *lister) entry(key string, de fs.DirEntry) (e objstore.Entry, ok bool, err error) {
+	fi, err := de.Info()
 	if err != nil {
 		if isMissing(err) {
 			return objstore.Entry{}, false, nil
 		}
 		return objstore.Entry{}, false, fmt.Errorf("local: list %q: %w", l.prefix, err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return objstore.Entry{}, false, fmt.Errorf("local: list %q: %w", l.prefix, err)
-	}
 	if !fi.Mode().IsRegular() {
 		return objstore.Entry{}, false, nil
 	}
-	_, size, err := readPrefix(f, fi.Size())
-	switch {
-	case errors.Is(err, errForeign):
-		return objstore.Entry{}, false, nil
-	case err != nil:
-		return objstore.Entry{}, false, fmt.Errorf("local: list %q: %s: %w", l.prefix, key, err)
+	id, haveID := statID(fi)
+	ok, err = l.b.hasSidecar(key, id, haveID)
+	if err != nil || !ok {
+		if err != nil {
+			err = fmt.Errorf("local: list %q: %s: %w", l.prefix, key, err)
+		}
+		return objstore.Entry{}, false, err
 	}
-	return objstore.Entry{Key: key, Size: size, LastModified: fi.ModTime().UTC()}, true, nil
+	return objstore.Entry{Key: key, Size: fi.Size(), LastModified: fi.ModTime().UTC()}, true, nil
 }

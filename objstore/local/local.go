@@ -3,69 +3,107 @@
 //
 // # Layout
 //
-// The object with key "a/b/c" is the file <root>/a/b/c.rso. The suffix keeps
-// object files and directories apart, so that "a/b" and "a/b/c" can both be
-// stored, as in any object store; it also marks the files as rollstore's
-// own format rather than bare payloads (see below). In return, a key whose
-// directory part has a segment ending in ".rso" ("x.rso/y") is rejected
-// with objstore.ErrInvalidKey: it would name a directory that looks like an
-// object file. On a case-insensitive file system, keys that differ only in
-// case name the same object.
+// The object with key "a/b/c" is the file <root>/a/b/c, and the file holds
+// exactly the object's bytes: an Arrow file rollstore wrote opens in any
+// Arrow reader straight from the folder, and a payload is the file itself.
+// What an object store keeps beside the bytes — ETag, content type,
+// metadata — is in a small JSON sidecar in a directory beside the file:
 //
-// The top-level directory ".rollstore-tmp" holds writes in flight: keys
-// below it are rejected with objstore.ErrInvalidKey and List never shows
-// it. Open removes temporary files that a crashed process left there once
-// they have not been written for an hour. The top-level directory
-// ".rollstore-leases" holds leases (see Leases below) and is reserved in
-// the same way.
+//	<root>/a/b/.rollstore-meta/c.<id>.json
+//	{"etag":"\"…\"","size":5,"content_type":"text/plain","metadata":{"k":"v"}}
 //
+// where <id> names the file the sidecar describes: its inode number in hex
+// (see Consistency). The size is the file's, recorded so that a file
+// changed outside the store is caught rather than served with another
+// version's attributes.
+//
+// Names starting with ".rollstore" belong to the backend, at every depth: a
+// key with such a segment is refused with objstore.ErrInvalidKey, and List
+// never shows them. So no sidecar name can collide with a key, and no key
+// can reach the backend's files. The top-level directory .rollstore holds
+// writes in flight (tmp) and leases (leases). Open removes temporary files
+// that a crashed process left once they have not been written for an hour.
+//
+// A file cannot also be a directory, so one key cannot be both an object
+// and the directory of others: a Put of "a/b/c" while "a/b" is stored, or
+// of "a/b" while keys below "a/b/" are, fails with objstore.ErrKeyConflict
+// and changes nothing (a create-if-absent too: it is not ErrPrecondition,
+// which would tell a committer someone else won). rollstore's own layout never makes such keys: every key
+// ends in a file name, below directories that hold nothing but keys.
 // Delete removes the directories it leaves empty, so that reclaimed
-// generations do not leave a trail of directories for List to walk.
+// generations leave no trail for List to walk and a key freed of
+// everything below it can be stored again.
+//
+// On a case-insensitive file system, keys that differ only in case name the
+// same object. A key's segments are file names, so one longer than the file
+// system allows (255 bytes on most) is refused with objstore.ErrInvalidKey;
+// the sidecar's name adds up to 22 bytes to the last one.
 //
 // Keys are resolved with os.Root: a symbolic link planted under root is
-// followed only while it stays inside root, and List does not report
-// links. Files without the suffix or the magic below are not objects, and
-// List passes over them.
+// followed only while it stays inside root, and List does not report links.
+// A file the store did not write (it has no sidecar) is not an object: List
+// passes over it, and Get and Head report an error, never a missing object.
 //
-// # Object files
+// A folder in the earlier format of this package (objects as "<key>.rso"
+// files behind an RSO1 header, and a top-level .rollstore-tmp) is refused
+// by Open with ErrOldFormat rather than read as an empty store; nothing
+// converts it.
 //
-// Metadata lives in the object file, so that one rename replaces content
-// and metadata together. Each file is
+// # Why a sidecar
 //
-//	"RSO1"    4 bytes of magic
-//	n         uint32, big-endian: length of the JSON header
-//	size      uint64, big-endian: length of the payload
-//	header    n bytes of JSON: {"etag":"...","metadata":{...}}
-//	payload   size bytes
-//
-// Sizes reported by Head, Get and List are payload sizes. To extract a
-// payload by hand, skip the first 16+n bytes. Get and Head report a file
-// that is not in this format as an error, never as a missing object, and a
-// damaged object file (the magic, but lengths that disagree with the file's)
-// makes List fail rather than be skipped.
+// Extended attributes would keep bytes and attributes in one inode, but
+// not every file system has them (tmpfs before Linux 6.6, some network and
+// FUSE mounts, Windows), and cp, rsync and tar drop them unless told not
+// to, which would leave a copied folder without a single readable object.
+// A sidecar works wherever files do, is copied along with the folder by
+// any tool, and can be read with cat. It costs a second file per object
+// and two more syncs per Put, and needs the ordering below to stay
+// consistent with the bytes.
 //
 // # Consistency
 //
-// Put writes a temporary file, syncs it and renames it into place, then
-// syncs the directory: readers see the old object or the new one, never a
-// mix, and an acknowledged Put survives a crash. With IfNotExists, Put
-// commits with link(2), which refuses an existing name: of racing creators
-// exactly one wins, across processes too. IfMatch compares ETags and renames
-// under a lock held by this process, so it is atomic among the Buckets of
-// one process but only best-effort between processes sharing a folder;
-// rollstore commits with IfNotExists.
+// Put writes the bytes to a temporary file and syncs it; writes the sidecar
+// for that file (named by its id) and syncs it and its directory; then
+// publishes the file under the key, with rename(2) or, for IfNotExists,
+// link(2), which refuses an existing name, so that of racing creators
+// exactly one wins, across processes too; and after syncing the key's
+// directory, removes the sidecar of the file it replaced. Delete unlinks
+// the file first and its sidecar after.
 //
-// ETags are random per Put and stored in the header, so they change on
-// every replacement whatever the file system's timestamp resolution.
+// So a file under a key always has its sidecar, wherever a crash stops a
+// Put or a Delete: before the publish, the old object is whole (the new
+// sidecar names a file that no key shows); after it, the new one is (the
+// old sidecar names a file that is gone). Get and Head open the file and
+// then read the sidecar named by the opened file's id, so the bytes served
+// and the attributes reported are of one and the same Put, even while the
+// key is replaced; a sidecar missing for the opened file means it was
+// replaced or deleted after the open, and the read opens the key again. A
+// body returned by Get keeps reading the object it opened even if the
+// object is deleted or replaced meanwhile. An acknowledged Put survives a
+// crash.
 //
-// A body returned by Get keeps reading the object it opened even if the
-// object is deleted or replaced meanwhile.
+// IfMatch compares ETags and replaces under a lock held by this process,
+// so it is atomic among the Buckets of one process but only best-effort
+// between processes sharing a folder; rollstore commits with IfNotExists.
+// ETags are random per Put, so they change on every replacement whatever
+// the file system's timestamp resolution.
+//
+// Leftovers: a crash between the steps above, or processes replacing one
+// key at the same moment, can leave a sidecar that describes no file. It
+// is a few bytes, harmless, and not removed (it keeps its directory from
+// being pruned).
+//
+// Copying the folder (cp, rsync, restoring a backup) gives every file a new
+// id. A file whose id names no sidecar is then matched to the key's only
+// sidecar that records the file's size; if there is none, or more than one
+// (a copy of a folder that a crash left mid-write), reading the key is an
+// error rather than a guess.
 //
 // # Leases
 //
 // Bucket implements objstore.Leaser across the processes of one machine
 // that share the folder. The lease on a key is a small JSON file in
-// .rollstore-leases, named by a hash of the key, holding the owner's random
+// .rollstore/leases, named by a hash of the key, holding the owner's random
 // lease id and the expiry time; every change to it is made under flock(2)
 // on a lock file beside it, which serialises the goroutines of one process
 // as well as processes. Expiry is read from the Bucket's clock (WithClock),
@@ -98,23 +136,23 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 )
 
 const (
-	// objSuffix ends the name of every object file; see the package
-	// documentation.
-	objSuffix = ".rso"
-	// tmpDir is the reserved top-level directory for temporary files. It is
-	// inside root so that renames and links out of it stay on one file
-	// system.
-	tmpDir = ".rollstore-tmp"
-	// leaseDir is the reserved top-level directory for lease files; see
-	// lease.go.
-	leaseDir = ".rollstore-leases"
+	// reserved starts every name the backend keeps for itself; see the
+	// package documentation.
+	reserved = ".rollstore"
+	// tmpDir holds temporary files. It is inside root so that renames and
+	// links out of it stay on one file system.
+	tmpDir = reserved + string(filepath.Separator) + "tmp"
+	// leaseDir holds lease files; see lease.go.
+	leaseDir = reserved + string(filepath.Separator) + "leases"
+	// oldFormatDir marks a folder of the earlier, RSO1 format.
+	oldFormatDir = ".rollstore-tmp"
 	// tmpMaxAge is how long a temporary file may go unwritten before Open
 	// takes it for a crashed writer's leftover.
 	tmpMaxAge = time.Hour
@@ -127,9 +165,28 @@ const (
 	commitAttempts = 8
 )
 
-// keyLocks serialise the check-and-replace of an If-Match Put with the
-// other writers of the same key. They are shared by every Bucket in the
-// process, so two Buckets over one folder are still atomic with each other.
+// Points at which a Bucket calls its hooks (WithHooks), between the steps
+// whose order the package documentation promises.
+const (
+	// HookPutSidecar: the sidecar is durable, the file not yet published.
+	HookPutSidecar = "local.put.sidecar-written"
+	// HookPutPublished: the file is published and durable; the sidecar of
+	// the file it replaced is not yet removed. An error here makes Put
+	// return it without removing that sidecar.
+	HookPutPublished = "local.put.published"
+	// HookDeleteUnlinked: the file is unlinked, its sidecar not yet removed.
+	HookDeleteUnlinked = "local.delete.unlinked"
+)
+
+// ErrOldFormat reports a folder written by the earlier format of this
+// package, which Open refuses; see the package documentation.
+var ErrOldFormat = errors.New("local: folder is in the old RSO1 format (objects in *.rso files); this version stores objects as plain files and cannot read it: move it aside or delete it")
+
+// keyLocks serialise the writers of one key in this process: the
+// check-and-replace of an If-Match Put, and the publish of a Put or Delete
+// with the removal of the sidecar it obsoletes. They are shared by every
+// Bucket in the process, so two Buckets over one folder are still atomic
+// with each other.
 var (
 	keyLockSeed = maphash.MakeSeed()
 	keyLocks    [64]sync.Mutex
@@ -146,6 +203,7 @@ type Bucket struct {
 	path string // absolute, as given to Open: for messages and checkRoot
 	root *os.Root
 	now  func() time.Time
+	hook hook.Func
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)
@@ -159,6 +217,12 @@ type Option func(*Bucket)
 // system's and are not affected. now must be safe for concurrent use.
 func WithClock(now func() time.Time) Option {
 	return func(b *Bucket) { b.now = now }
+}
+
+// WithHooks makes the Bucket call h at the Hook* points, so that tests can
+// pause, fail or kill a Put or Delete between its steps.
+func WithHooks(h hook.Func) Option {
+	return func(b *Bucket) { b.hook = h }
 }
 
 // Open returns a Bucket storing objects under the folder dir, creating it if
@@ -182,12 +246,36 @@ func Open(dir string, opts ...Option) (*Bucket, error) {
 	for _, opt := range opts {
 		opt(b)
 	}
-	if err := root.Mkdir(tmpDir, dirPerm); err != nil && !(errors.Is(err, fs.ErrExist) && b.isDir(tmpDir)) {
+	if b.isDir(oldFormatDir) {
+		root.Close()
+		return nil, fmt.Errorf("%w (%s)", ErrOldFormat, abs)
+	}
+	if err := b.mkdirs(tmpDir); err != nil {
 		root.Close()
 		return nil, fmt.Errorf("local: open %s: reserved directory: %w", abs, err)
 	}
+	if err := b.checkFileIDs(); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("local: open %s: %w", abs, err)
+	}
 	b.sweepTemp(time.Now().Add(-tmpMaxAge))
 	return b, nil
+}
+
+// checkFileIDs fails where files have no id to name sidecars by, so that
+// such a platform fails at Open rather than at the first Put.
+func (b *Bucket) checkFileIDs() error {
+	tmp, f, err := b.createTemp()
+	if err != nil {
+		return err
+	}
+	defer b.root.Remove(tmp)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err == nil {
+		_, err = fileID(f, fi)
+	}
+	return err
 }
 
 // Close releases the Bucket's handle on its folder. Bodies already returned
@@ -223,8 +311,7 @@ func (b *Bucket) GetRange(ctx context.Context, key string, offset, length int64)
 	if length >= 0 && length < n {
 		n = length
 	}
-	// The file is positioned at the payload's first byte.
-	if _, err := obj.f.Seek(offset, io.SeekCurrent); err != nil {
+	if _, err := obj.f.Seek(offset, io.SeekStart); err != nil {
 		obj.f.Close()
 		return nil, fmt.Errorf("local: %s %q: %w", op, key, err)
 	}
@@ -241,12 +328,6 @@ func (b *Bucket) Head(ctx context.Context, key string) (objstore.Attrs, error) {
 	return obj.attrs, nil
 }
 
-// object is an open object file, positioned at its first payload byte.
-type object struct {
-	f     *os.File
-	attrs objstore.Attrs
-}
-
 // open opens the object at key for reading.
 func (b *Bucket) open(ctx context.Context, op, key string) (object, error) {
 	if err := ctx.Err(); err != nil {
@@ -255,55 +336,15 @@ func (b *Bucket) open(ctx context.Context, op, key string) (object, error) {
 	if err := checkKey(key); err != nil {
 		return object{}, fmt.Errorf("local: %s: %w", op, err)
 	}
-	obj, err := b.openObject(nativePath(key))
+	obj, err := b.openObject(key)
 	if err != nil {
 		return object{}, b.mapErr(readOp, op, key, err)
 	}
-	obj.attrs.Key = key
 	return obj, nil
 }
 
-// openObject opens and checks the object file name. Its errors are native
-// ones, for the caller to map.
-func (b *Bucket) openObject(name string) (object, error) {
-	f, err := b.root.Open(name)
-	if err != nil {
-		return object{}, err
-	}
-	fi, err := f.Stat()
-	if err == nil {
-		switch {
-		case fi.IsDir():
-			// Not ours: no key makes a directory with this name.
-			err = &fs.PathError{Op: "open", Path: name, Err: syscall.EISDIR}
-		case !fi.Mode().IsRegular():
-			err = &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: not a regular file", errCorrupt)}
-		}
-	}
-	var (
-		h    header
-		size int64
-	)
-	if err == nil {
-		h, size, err = readHeader(f, fi.Size())
-		if err != nil {
-			err = &fs.PathError{Op: "read", Path: name, Err: err}
-		}
-	}
-	if err != nil {
-		f.Close()
-		return object{}, err
-	}
-	return object{f: f, attrs: objstore.Attrs{
-		Size:         size,
-		ETag:         h.ETag,
-		LastModified: fi.ModTime().UTC(),
-		Metadata:     h.Metadata,
-	}}, nil
-}
-
-// body is a Get body: the payload part of an open object file, which stops
-// when ctx is done like a network body would.
+// body is a Get body: an open object file, which stops when ctx is done
+// like a network body would.
 type body struct {
 	ctx context.Context
 	f   *os.File
@@ -339,48 +380,49 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, opts objstore
 	if err := objstore.ValidateMetadata(opts.Metadata); err != nil {
 		return objstore.Attrs{}, fmt.Errorf("local: %s %q: %w", op, key, err)
 	}
+	if err := objstore.ValidateContentType(opts.ContentType); err != nil {
+		return objstore.Attrs{}, fmt.Errorf("local: %s %q: %w", op, key, err)
+	}
 	if opts.IfNotExists && opts.IfMatch != "" {
 		return objstore.Attrs{}, fmt.Errorf("local: %s %q: IfNotExists and IfMatch are mutually exclusive", op, key)
 	}
 
-	h := header{ETag: newETag()}
+	s := sidecar{ETag: newETag(), ContentType: opts.ContentType}
 	if len(opts.Metadata) > 0 {
-		h.Metadata = maps.Clone(opts.Metadata)
+		s.Metadata = maps.Clone(opts.Metadata)
 	}
-	tmp, size, mtime, err := b.writeTemp(ctx, key, r, opts.Size, h)
+	tmp, fi, id, err := b.writeTemp(ctx, key, r, opts.Size)
 	if err != nil {
 		return objstore.Attrs{}, err
 	}
 	// After a rename this finds nothing; after a link or a failure it
 	// removes the temporary name.
 	defer b.root.Remove(tmp)
+	s.Size = fi.Size()
 
 	// The last point at which a cancelled Put can leave no trace.
 	if err := ctx.Err(); err != nil {
 		return objstore.Attrs{}, fmt.Errorf("local: %s %q: %w", op, key, err)
 	}
-	if err := b.commit(key, tmp, opts, true); err != nil {
+	if err := b.commit(ctx, key, tmp, id, s, opts, true); err != nil {
 		return objstore.Attrs{}, err
 	}
 	return objstore.Attrs{
 		Key:          key,
-		Size:         size,
-		ETag:         h.ETag,
-		LastModified: mtime.UTC(), // rename and link keep it
-		Metadata:     h.Metadata,
+		Size:         s.Size,
+		ETag:         s.ETag,
+		LastModified: fi.ModTime().UTC(), // rename and link keep it
+		Metadata:     s.Metadata,
+		ContentType:  contentType(s.ContentType),
 	}, nil
 }
 
-// writeTemp writes a complete, synced object file under tmpDir, for the
-// caller to commit under key or remove.
-func (b *Bucket) writeTemp(ctx context.Context, key string, r io.Reader, want int64, h header) (tmpName string, size int64, mtime time.Time, err error) {
-	prefix, err := encodePrefix(h)
-	if err != nil {
-		return "", 0, time.Time{}, fmt.Errorf("local: put %q: %w", key, err)
-	}
+// writeTemp writes the body to a complete, synced temporary file, for the
+// caller to commit under key or remove, and returns its stat and id.
+func (b *Bucket) writeTemp(ctx context.Context, key string, r io.Reader, want int64) (tmpName string, fi fs.FileInfo, id uint64, err error) {
 	tmp, f, err := b.createTemp()
 	if err != nil {
-		return "", 0, time.Time{}, b.mapErr(writeOp, "put", key, err)
+		return "", nil, 0, b.mapErr(writeOp, "put", key, err)
 	}
 	defer func() {
 		if err != nil {
@@ -388,10 +430,7 @@ func (b *Bucket) writeTemp(ctx context.Context, key string, r io.Reader, want in
 			b.root.Remove(tmp)
 		}
 	}()
-
-	if _, err := f.Write(prefix); err != nil {
-		return "", 0, time.Time{}, fmt.Errorf("local: put %q: %w", key, err)
-	}
+	var size int64
 	if r != nil {
 		if want > 0 && want < math.MaxInt64 {
 			// One byte more than declared is enough to tell it was wrong.
@@ -400,30 +439,29 @@ func (b *Bucket) writeTemp(ctx context.Context, key string, r io.Reader, want in
 		src := &ctxReader{ctx: ctx, r: r}
 		size, err = io.Copy(f, src)
 		if src.err != nil {
-			return "", 0, time.Time{}, fmt.Errorf("local: put %q: reading body: %w", key, src.err)
+			return "", nil, 0, fmt.Errorf("local: put %q: reading body: %w", key, src.err)
 		}
 		if err != nil {
-			return "", 0, time.Time{}, fmt.Errorf("local: put %q: %w", key, err)
+			return "", nil, 0, fmt.Errorf("local: put %q: %w", key, err)
 		}
 	}
 	if want > 0 && size != want {
-		return "", 0, time.Time{}, fmt.Errorf("local: put %q: body length differs from PutOptions.Size %d", key, want)
+		return "", nil, 0, fmt.Errorf("local: put %q: body length differs from PutOptions.Size %d", key, want)
 	}
-	err = putSize(f, size)
-	if err == nil {
-		err = f.Sync()
-	}
-	var fi fs.FileInfo
+	err = f.Sync()
 	if err == nil {
 		fi, err = f.Stat()
+	}
+	if err == nil {
+		id, err = fileID(f, fi)
 	}
 	if err == nil {
 		err = f.Close()
 	}
 	if err != nil {
-		return "", 0, time.Time{}, fmt.Errorf("local: put %q: %w", key, err)
+		return "", nil, 0, fmt.Errorf("local: put %q: %w", key, err)
 	}
-	return tmp, size, fi.ModTime(), nil
+	return tmp, fi, id, nil
 }
 
 // createTemp creates a fresh temporary file.
@@ -433,7 +471,7 @@ func (b *Bucket) createTemp() (string, *os.File, error) {
 	f, err := b.root.OpenFile(name, flag, filePerm)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Someone removed the reserved directory; it is ours to recreate.
-		if err := b.root.Mkdir(tmpDir, dirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := b.mkdirs(tmpDir); err != nil {
 			return "", nil, err
 		}
 		f, err = b.root.OpenFile(name, flag, filePerm)
@@ -441,88 +479,157 @@ func (b *Bucket) createTemp() (string, *os.File, error) {
 	return name, f, err
 }
 
-// commit moves the finished temporary file tmp to key. Unless the caller
-// holds key's lease lock already (guard false), it refuses a leased key.
-func (b *Bucket) commit(key, tmp string, opts objstore.PutOptions, guard bool) error {
+// writeSidecar writes s to a synced temporary file, for the caller to
+// rename into place.
+func (b *Bucket) writeSidecar(s sidecar) (string, error) {
+	data, err := s.encode()
+	if err != nil {
+		return "", err
+	}
+	tmp, f, err := b.createTemp()
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		b.root.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// commit publishes the finished temporary file tmp, whose id is id, under
+// key with sidecar s, in the order the package documentation gives. Unless
+// the caller holds key's lease lock already (guard false), it refuses a
+// leased key.
+func (b *Bucket) commit(ctx context.Context, key, tmp string, id uint64, s sidecar, opts objstore.PutOptions, guard bool) error {
+	const op = "put"
 	name := nativePath(key)
 	dir := filepath.Dir(name)
 	kind := writeOp
-	var g leaseGuard
+	if opts.IfNotExists {
+		kind = createOp
+	}
+	published := false
 	if guard {
-		var err error
-		if g, err = b.guardLease("put", key); err != nil {
+		g, err := b.guardLease(op, key)
+		if err != nil {
 			return err
 		}
-		defer g.unlock()
+		defer func() {
+			if published {
+				g.written()
+			}
+			g.unlock()
+		}()
 	}
-	var err error
-	switch {
-	case opts.IfMatch != "":
-		// The object exists if the Put is to succeed, so its directory
-		// does too.
-		err = b.replaceIfMatch(key, tmp, name, opts.IfMatch)
-	case opts.IfNotExists:
-		kind = createOp
-		for range commitAttempts {
-			if err = b.mkdirs(dir); err == nil {
-				err = b.root.Link(tmp, name)
-			}
-			// A concurrent Delete may have pruned dir after mkdirs.
-			if !errors.Is(err, fs.ErrNotExist) {
-				break
-			}
+	mu := keyLock(key)
+	mu.Lock()
+	defer mu.Unlock()
+
+	// The file this Put replaces, held open so that its id cannot be
+	// reused until its sidecar is removed.
+	var old *object
+	defer func() {
+		if old != nil {
+			old.f.Close()
 		}
-	default:
-		for range commitAttempts {
-			if err = b.mkdirs(dir); err == nil {
-				mu := keyLock(key)
-				mu.Lock()
-				err = b.root.Rename(tmp, name)
-				mu.Unlock()
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				break
-			}
+	}()
+	if !opts.IfNotExists {
+		o, err := b.openObject(key)
+		switch {
+		case err == nil:
+			old = &o
+		case opts.IfMatch != "" && isMissing(err):
+			return fmt.Errorf("local: %s %q: %w: object does not exist", op, key, objstore.ErrPrecondition)
+		case opts.IfMatch != "" || !isMissing(err) && !errors.Is(err, errCorrupt):
+			// Replacing a damaged object is allowed (it is how one is
+			// repaired); comparing its ETag is not.
+			return b.mapErr(kind, op, key, err)
+		}
+		if opts.IfMatch != "" && old.attrs.ETag != opts.IfMatch {
+			return fmt.Errorf("local: %s %q: %w: etag is %s, want %s", op, key, objstore.ErrPrecondition, old.attrs.ETag, opts.IfMatch)
 		}
 	}
-	if errors.Is(err, objstore.ErrPrecondition) {
+
+	meta := sidecarName(key, id)
+	if err := b.placeSidecar(key, meta, s); err != nil {
 		return err
 	}
-	if err != nil {
-		return b.mapErr(kind, "put", key, err)
+	defer func() {
+		if !published {
+			b.root.Remove(meta)
+			b.prune(dir)
+		}
+	}()
+	if err := b.hook.Call(ctx, HookPutSidecar); err != nil {
+		return fmt.Errorf("local: %s %q: %w", op, key, err)
 	}
-	g.written()
-	// A directory that vanished was pruned empty, so our object was
-	// deleted after it landed: the Put itself happened.
-	if err := b.syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("local: put %q: syncing directory: %w", key, err)
+
+	var err error
+	if opts.IfNotExists {
+		err = b.root.Link(tmp, name)
+	} else {
+		err = b.root.Rename(tmp, name)
+	}
+	if err != nil {
+		if isMissing(err) && !errors.Is(err, fs.ErrNotExist) || b.isDir(name) {
+			err = fmt.Errorf("%w: %w", objstore.ErrKeyConflict, err)
+		}
+		return b.mapErr(kind, op, key, err)
+	}
+	published = true
+	// The removal of the old sidecar must not be durable before the
+	// rename is: the old file would be back without one.
+	if err := b.syncDir(dir); err != nil {
+		return fmt.Errorf("local: %s %q: syncing directory: %w", op, key, err)
+	}
+	if err := b.hook.Call(ctx, HookPutPublished); err != nil {
+		return fmt.Errorf("local: %s %q: %w", op, key, err)
+	}
+	if old != nil && old.meta != meta {
+		b.root.Remove(old.meta) // a leftover at worst; see the package documentation
 	}
 	return nil
 }
 
-// replaceIfMatch renames tmp over name if the object there has ETag want.
-// It returns ErrPrecondition errors ready-made and other errors native.
-func (b *Bucket) replaceIfMatch(key, tmp, name, want string) error {
-	mu := keyLock(key)
-	mu.Lock()
-	defer mu.Unlock()
-	obj, err := b.openObject(name)
+// placeSidecar makes s the durable sidecar meta of key's next file,
+// creating the directories on the way. A concurrent Delete may prune them
+// between the mkdir and the rename, so that is retried; once the sidecar
+// is in, its directory is not empty and stays.
+func (b *Bucket) placeSidecar(key, meta string, s sidecar) error {
+	tmp, err := b.writeSidecar(s)
 	if err != nil {
-		if isMissing(err) {
-			return fmt.Errorf("local: put %q: %w: object does not exist", key, objstore.ErrPrecondition)
+		return b.mapErr(writeOp, "put", key, err)
+	}
+	defer b.root.Remove(tmp)
+	mdir := filepath.Dir(meta)
+	for range commitAttempts {
+		if err = b.mkdirs(mdir); err == nil {
+			err = b.root.Rename(tmp, meta)
 		}
-		return err
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
 	}
-	obj.f.Close()
-	if obj.attrs.ETag != want {
-		return fmt.Errorf("local: put %q: %w: etag is %s, want %s", key, objstore.ErrPrecondition, obj.attrs.ETag, want)
+	if err == nil {
+		err = b.syncDir(mdir)
 	}
-	err = b.root.Rename(tmp, name)
-	if isMissing(err) {
-		// Another process deleted the object and pruned its directory.
-		return fmt.Errorf("local: put %q: %w: object was deleted: %w", key, objstore.ErrPrecondition, err)
+	if err != nil {
+		if isMissing(err) && !errors.Is(err, fs.ErrNotExist) {
+			// A file where a directory of keys must go.
+			err = fmt.Errorf("%w: %w", objstore.ErrKeyConflict, err)
+		}
+		b.root.Remove(meta)
+		return b.mapErr(writeOp, "put", key, err)
 	}
-	return err
+	return nil
 }
 
 // mkdirs creates dir and any missing parents, syncing the parent of each
@@ -540,8 +647,7 @@ func (b *Bucket) mkdirs(dir string) error {
 		err = b.root.Mkdir(dir, dirPerm)
 	}
 	if errors.Is(err, fs.ErrExist) {
-		// Possibly a foreign file: the commit then fails with ENOTDIR,
-		// which mapErr reports as in the way.
+		// Possibly a file: what comes next then fails with ENOTDIR.
 		return nil
 	}
 	if err != nil {
@@ -575,51 +681,62 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return fmt.Errorf("local: %s: %w", op, err)
 	}
-	name := nativePath(key)
 	g, err := b.guardLease(op, key)
 	if err != nil {
 		return err
 	}
-	mu := keyLock(key)
-	mu.Lock()
-	removed, err := b.remove(name)
-	mu.Unlock()
+	defer g.unlock()
+	removed, err := b.remove(ctx, key)
 	if err != nil {
-		err = b.mapErr(deleteOp, op, key, err)
+		return b.mapErr(deleteOp, op, key, err)
 	}
-	if err == nil {
-		g.written()
-	}
-	g.unlock()
-	if err != nil {
-		return err
-	}
+	g.written()
 	if removed {
-		b.prune(filepath.Dir(name))
+		b.prune(filepath.Dir(nativePath(key)))
 	}
 	return nil
 }
 
-// remove unlinks the object file name, reporting whether there was one.
-func (b *Bucket) remove(name string) (bool, error) {
+// remove unlinks key's file, then its sidecar, reporting whether there was
+// a file. Errors are native.
+func (b *Bucket) remove(ctx context.Context, key string) (bool, error) {
+	name := nativePath(key)
+	mu := keyLock(key)
+	mu.Lock()
+	defer mu.Unlock()
 	fi, err := b.root.Lstat(name)
 	if err != nil {
 		return false, err
 	}
 	if fi.IsDir() {
-		return false, nil // not ours; see openObject
+		return false, nil // keys below it, not an object
+	}
+	// Held open, so that the id naming its sidecar is not reused before
+	// the sidecar is gone. A damaged object or a foreign file is removed
+	// all the same, with whatever sidecar it has.
+	obj, oerr := b.openObject(key)
+	if oerr == nil {
+		defer obj.f.Close()
 	}
 	if err := b.root.Remove(name); err != nil {
 		return false, err
 	}
+	if oerr == nil {
+		if err := b.hook.Call(ctx, HookDeleteUnlinked); err != nil {
+			return true, err
+		}
+		b.root.Remove(obj.meta)
+	}
 	return true, nil
 }
 
-// prune removes dir and its ancestors while they are empty. It is best
-// effort: a directory that is not empty, or already gone, ends it, and a
-// Put that loses its directory to a prune recreates it.
+// prune removes dir, with its sidecar directory, and its ancestors while
+// they are empty. It is best effort: a directory that is not empty, or
+// already gone, ends it, and a Put that loses its directory to a prune
+// recreates it.
 func (b *Bucket) prune(dir string) {
 	for dir != "." {
+		b.root.Remove(metaDirOf(dir) + string(filepath.Separator))
 		// The trailing separator makes Remove refuse anything but a
 		// directory, should an object have taken the name meanwhile.
 		if b.root.Remove(dir+string(filepath.Separator)) != nil {
@@ -627,6 +744,7 @@ func (b *Bucket) prune(dir string) {
 		}
 		dir = filepath.Dir(dir)
 	}
+	b.root.Remove(metaDir + string(filepath.Separator))
 }
 
 // DeleteMany removes every key, missing ones included. It validates all
@@ -655,13 +773,14 @@ func (b *Bucket) DeleteMany(ctx context.Context, keys []string) error {
 // sweepTemp removes temporary files not written since cutoff: a live Put
 // writes its file continuously, so these are left over from crashes.
 func (b *Bucket) sweepTemp(cutoff time.Time) {
-	ents, err := b.readDir(tmpDir)
+	dir := tmpDir
+	ents, err := b.readDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
-			b.root.Remove(filepath.Join(tmpDir, e.Name()))
+			b.root.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 }
@@ -675,48 +794,29 @@ func (b *Bucket) readDir(name string) ([]fs.DirEntry, error) {
 	return d.ReadDir(-1)
 }
 
-// checkKey is objstore.ValidateKey plus what this backend reserves.
+// checkKey is objstore.ValidateKey plus the names this backend reserves.
 func checkKey(key string) error {
 	if err := objstore.ValidateKey(key); err != nil {
 		return err
 	}
-	if isReserved(key) {
-		return fmt.Errorf("%w: %q: %s/ and %s/ are reserved by the local backend", objstore.ErrInvalidKey, key, tmpDir, leaseDir)
-	}
-	if i := strings.LastIndexByte(key, '/'); i >= 0 && !storableDir(key[:i+1]) {
-		return fmt.Errorf("%w: %q: the local backend cannot store keys below a segment ending in %q", objstore.ErrInvalidKey, key, objSuffix)
+	for seg := range strings.SplitSeq(key, "/") {
+		if isReserved(seg) {
+			return fmt.Errorf("%w: %q: names starting with %q are reserved by the local backend", objstore.ErrInvalidKey, key, reserved)
+		}
 	}
 	return nil
 }
 
-// isReserved reports whether key or prefix lies in a reserved directory.
-func isReserved(key string) bool {
-	return strings.HasPrefix(key, tmpDir+"/") || strings.HasPrefix(key, leaseDir+"/")
+// isReserved reports whether a file or key segment name is the backend's.
+func isReserved(name string) bool {
+	return strings.HasPrefix(name, reserved)
 }
 
-// isReservedDir reports whether the directory entry name in the directory
-// of keys dir is a reserved directory.
-func isReservedDir(dir, name string) bool {
-	return dir == "" && (name == tmpDir || name == leaseDir)
-}
-
-// storableDir reports whether the directory part dir of a key (ending in
-// '/') can be a directory: none of its segments may look like an object
-// file's name.
-func storableDir(dir string) bool {
-	for seg := range strings.SplitSeq(strings.TrimSuffix(dir, "/"), "/") {
-		if strings.HasSuffix(seg, objSuffix) {
-			return false
-		}
-	}
-	return true
-}
-
-// nativePath is the name of key's object file relative to root. Validated
-// keys have no "..", "." or empty segments, and os.Root refuses anything
-// that would still resolve outside root (through a symbolic link, say).
+// nativePath is the name of key's file relative to root. Validated keys
+// have no "..", "." or empty segments, and os.Root refuses anything that
+// would still resolve outside root (through a symbolic link, say).
 func nativePath(key string) string {
-	return filepath.FromSlash(key) + objSuffix
+	return filepath.FromSlash(key)
 }
 
 // nativeDir is the name of the directory holding the keys that start with
@@ -726,12 +826,6 @@ func nativeDir(dir string) string {
 		return "."
 	}
 	return filepath.FromSlash(strings.TrimSuffix(dir, "/"))
-}
-
-// isMissing reports native errors that mean no object file exists by a
-// name: the name, a parent, or the name is a directory of other objects.
-func isMissing(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR)
 }
 
 func newETag() string {

@@ -29,7 +29,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return open(t, t.TempDir()) })
+	objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return open(t, t.TempDir()) }, objstoretest.PathKeys())
 }
 
 func open(t *testing.T, dir string) *local.Bucket {
@@ -58,7 +58,7 @@ func readObject(t *testing.T, b objstore.Bucket, key string) ([]byte, objstore.A
 // every Put has returned.
 func tempFiles(t *testing.T, root string) []string {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(root, ".rollstore-tmp"))
+	ents, err := os.ReadDir(filepath.Join(root, ".rollstore", "tmp"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,8 @@ func TestNoTornReads(t *testing.T) {
 }
 
 // TestKeysStayInsideRoot tries to reach outside root: by key, and through
-// symbolic links planted under root.
+// symbolic links planted under root; and the backend's own names, which no
+// key may reach.
 func TestKeysStayInsideRoot(t *testing.T) {
 	ctx := t.Context()
 	parent := t.TempDir()
@@ -275,7 +276,8 @@ func TestKeysStayInsideRoot(t *testing.T) {
 
 	for _, key := range []string{
 		"../outside/secret", "a/../../outside/secret", "/etc/passwd",
-		".rollstore-tmp/x", "x.rso/y", "a/x.rso/y",
+		".rollstore/tmp/x", ".rollstore", "a/.rollstore-meta/x.1.json", ".rollstore-meta/x",
+		"a/.rollstore", "a/b/.rollstorex",
 	} {
 		if _, err := b.Put(ctx, key, strings.NewReader("x"), objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("Put(%q): %v, want ErrInvalidKey", key, err)
@@ -283,9 +285,13 @@ func TestKeysStayInsideRoot(t *testing.T) {
 		if _, _, err := readObject(t, b, key); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("Get(%q): %v, want ErrInvalidKey", key, err)
 		}
+		if err := b.Delete(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("Delete(%q): %v, want ErrInvalidKey", key, err)
+		}
 	}
-	// The reserved names are only reserved as directories.
-	for _, key := range []string{".rollstore-tmp", "x.rso", "a/x.rso"} {
+	// Only names starting with the reserved prefix are reserved, and the
+	// old format's suffix means nothing any more.
+	for _, key := range []string{"x.rso", "a/x.rso", "y.rso/y", "a/x.rollstore", "a/_rollstore"} {
 		if _, err := b.Put(ctx, key, strings.NewReader(key), objstore.PutOptions{}); err != nil {
 			t.Errorf("Put(%q): %v", key, err)
 		}
@@ -299,7 +305,7 @@ func TestKeysStayInsideRoot(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(root, "dirlink")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join("..", "outside", "secret.rso"), filepath.Join(root, "filelink.rso")); err != nil {
+	if err := os.Symlink(filepath.Join("..", "outside", "secret"), filepath.Join(root, "filelink")); err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"dirlink/secret", "filelink"} {
@@ -325,30 +331,36 @@ func TestKeysStayInsideRoot(t *testing.T) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	if want := []string{".rollstore-tmp", "secret.rso"}; !slices.Equal(names, want) {
+	if want := []string{".rollstore", ".rollstore-meta", "secret"}; !slices.Equal(names, want) {
 		t.Errorf("outside root: %q, want %q untouched", names, want)
 	}
 	if got, _, err := readObject(t, ob, "secret"); err != nil || string(got) != "secret" {
 		t.Errorf("outside object: %q, %v", got, err)
 	}
+	if listed, want := listAll(t, b), []string{"a/_rollstore", "a/x.rollstore", "a/x.rso", "x.rso", "y.rso/y"}; !slices.Equal(listed, want) {
+		t.Errorf("List = %q, want %q (links and the backend's files are not listed)", listed, want)
+	}
+
+	// A link inside root is no object of its own: it has no sidecar.
+	if err := os.Symlink("x.rso", filepath.Join(root, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := readObject(t, b, "alias"); err == nil || errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("Get(alias), a link inside root = %q, %v; want an error other than ErrNotFound", got, err)
+	}
+}
+
+// listAll lists every key of b.
+func listAll(t *testing.T, b objstore.Bucket) []string {
+	t.Helper()
 	var listed []string
-	if err := b.List(ctx, "", objstore.ListOptions{}, func(e objstore.Entry) error {
+	if err := b.List(t.Context(), "", objstore.ListOptions{}, func(e objstore.Entry) error {
 		listed = append(listed, e.Key)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{".rollstore-tmp", "a/x.rso", "x.rso"}; !slices.Equal(listed, want) {
-		t.Errorf("List = %q, want %q (links are not listed)", listed, want)
-	}
-
-	// A link that stays inside root is followed.
-	if err := os.Symlink("x.rso.rso", filepath.Join(root, "alias.rso")); err != nil {
-		t.Fatal(err)
-	}
-	if got, _, err := readObject(t, b, "alias"); err != nil || string(got) != "x.rso" {
-		t.Errorf("Get(alias) through a link inside root = %q, %v", got, err)
-	}
+	return listed
 }
 
 // failingReader yields n bytes and then fails.
@@ -414,6 +426,23 @@ func TestFailedPutsLeaveNothing(t *testing.T) {
 	if got, _, err := readObject(t, b, "exists/x"); err != nil || string(got) != "v1" {
 		t.Errorf("exists/x = %q, %v; want v1 untouched", got, err)
 	}
+	if got := sidecars(t, root, "exists"); len(got) != 1 {
+		t.Errorf("sidecars of exists/: %q, want only the one of exists/x", got)
+	}
+}
+
+// sidecars lists the sidecar directory of the key directory dir.
+func sidecars(t *testing.T, root, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(dir), ".rollstore-meta"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 type readerFunc func([]byte) (int, error)
@@ -421,12 +450,12 @@ type readerFunc func([]byte) (int, error)
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // TestDeletePrunesEmptyDirs checks that Delete removes the directories it
-// empties, and only those.
+// empties, sidecar directories included, and only those.
 func TestDeletePrunesEmptyDirs(t *testing.T) {
 	root := t.TempDir()
 	b := open(t, root)
 	ctx := t.Context()
-	for _, k := range []string{"a/b/c/d", "a/x", "p/x", "p/x/y"} {
+	for _, k := range []string{"a/b/c/d", "a/x", "p/x", "p/y/z", "top"} {
 		if _, err := b.Put(ctx, k, strings.NewReader(k), objstore.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -442,26 +471,37 @@ func TestDeletePrunesEmptyDirs(t *testing.T) {
 	}
 
 	del("a/b/c/d")
-	if exists("a/b") || !exists("a") {
-		t.Errorf("after Delete(a/b/c/d): a/b exists %v, a exists %v; want false, true", exists("a/b"), exists("a"))
+	if exists("a/b") || !exists("a") || !exists("a/.rollstore-meta") {
+		t.Errorf("after Delete(a/b/c/d): a/b exists %v, a exists %v, a/.rollstore-meta exists %v; want false, true, true",
+			exists("a/b"), exists("a"), exists("a/.rollstore-meta"))
 	}
 	del("a/x")
 	if exists("a") {
 		t.Error("after Delete(a/x): a still exists")
 	}
-	del("p/x/y") // p/x.rso stays, so p does
-	if exists("p/x") || !exists("p/x.rso") {
-		t.Errorf("after Delete(p/x/y): p/x exists %v, p/x.rso exists %v; want false, true", exists("p/x"), exists("p/x.rso"))
+	del("p/y/z") // p/x stays, so p does
+	if exists("p/y") || !exists("p/x") {
+		t.Errorf("after Delete(p/y/z): p/y exists %v, p/x exists %v; want false, true", exists("p/y"), exists("p/x"))
 	}
 	del("p/x")
 	if exists("p") {
 		t.Error("after Delete(p/x): p still exists")
 	}
-	if !exists(".rollstore-tmp") {
-		t.Error("the reserved directory was pruned")
+	del("top")
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(root); err != nil {
-		t.Errorf("root: %v", err)
+	if len(ents) != 1 || ents[0].Name() != ".rollstore" {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("root after deleting everything: %q, want only .rollstore", names)
+	}
+	// A key whose directory was pruned can take its place as a file.
+	if _, err := b.Put(ctx, "a", strings.NewReader("a"), objstore.PutOptions{IfNotExists: true}); err != nil {
+		t.Errorf("Put(a) after its directory was pruned: %v", err)
 	}
 }
 
@@ -483,7 +523,9 @@ func TestListMatchesReference(t *testing.T) {
 		}
 		key := strings.Join(segs, "/")
 		if _, err := b.Put(ctx, key, strings.NewReader(key), objstore.PutOptions{}); err != nil {
-			if !errors.Is(err, objstore.ErrInvalidKey) {
+			// Invalid keys, and nested keys, which this backend refuses,
+			// are dropped.
+			if !errors.Is(err, objstore.ErrKeyConflict) && !errors.Is(err, objstore.ErrInvalidKey) {
 				t.Fatalf("Put(%q): %v", key, err)
 			}
 			continue
@@ -542,9 +584,9 @@ func TestListMatchesReference(t *testing.T) {
 }
 
 // TestForeignAndDamagedFiles checks how files the store did not write are
-// seen: a file without the magic is an error to read but not listed, one
-// without the suffix does not exist, and a damaged object file is an error
-// to read and to list.
+// seen: a file without a sidecar is an error to read but not listed, and
+// an object changed or damaged outside the store is an error to read,
+// never a missing object nor bytes with another version's attributes.
 func TestForeignAndDamagedFiles(t *testing.T) {
 	root := t.TempDir()
 	b := open(t, root)
@@ -554,11 +596,12 @@ func TestForeignAndDamagedFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("junk.rso", "not an object file at all")
-	write("empty.rso", "")
-	write("plain", "a bare payload")
-	if _, err := b.Put(ctx, "good", strings.NewReader("good"), objstore.PutOptions{}); err != nil {
-		t.Fatal(err)
+	write("junk", "not written by the store")
+	write("empty", "")
+	for _, k := range []string{"good", "truncated", "garbled"} {
+		if _, err := b.Put(ctx, k, strings.NewReader(k+" object"), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	for _, key := range []string{"junk", "empty"} {
@@ -569,68 +612,117 @@ func TestForeignAndDamagedFiles(t *testing.T) {
 			t.Errorf("Head(%q) of a foreign file: %v; want an error other than ErrNotFound", key, err)
 		}
 	}
-	if _, _, err := readObject(t, b, "plain"); !errors.Is(err, objstore.ErrNotFound) {
-		t.Errorf("Get(plain), a file without the suffix: %v, want ErrNotFound", err)
-	}
-	var listed []string
-	list := func() error {
-		listed = nil
-		return b.List(ctx, "", objstore.ListOptions{}, func(e objstore.Entry) error {
-			listed = append(listed, e.Key)
-			return nil
-		})
-	}
-	if err := list(); err != nil || !slices.Equal(listed, []string{"good"}) {
-		t.Errorf("List = %q, %v; want only good", listed, err)
+	if got, want := listAll(t, b), []string{"garbled", "good", "truncated"}; !slices.Equal(got, want) {
+		t.Errorf("List = %q; want %q", got, want)
 	}
 
-	// Cut the last byte off the good object.
-	name := filepath.Join(root, "good.rso")
-	fi, err := os.Stat(name)
-	if err != nil {
+	// Cut the object short, and garble another's sidecar.
+	if err := os.Truncate(filepath.Join(root, "truncated"), 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(name, fi.Size()-1); err != nil {
-		t.Fatal(err)
+	for _, name := range sidecars(t, root, "") {
+		if strings.HasPrefix(name, "garbled.") {
+			write(filepath.Join(".rollstore-meta", name), `{"etag":`)
+		}
 	}
-	if _, _, err := readObject(t, b, "good"); err == nil || errors.Is(err, objstore.ErrNotFound) {
-		t.Errorf("Get of a truncated object: %v; want an error other than ErrNotFound", err)
+	for _, key := range []string{"truncated", "garbled"} {
+		if _, _, err := readObject(t, b, key); err == nil || errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("Get(%q) of a damaged object: %v; want an error other than ErrNotFound", key, err)
+		}
+		if rc, err := b.GetRange(ctx, key, 0, 1); err == nil || errors.Is(err, objstore.ErrNotFound) {
+			if err == nil {
+				rc.Close()
+			}
+			t.Errorf("GetRange(%q) of a damaged object: %v; want an error other than ErrNotFound", key, err)
+		}
 	}
-	if err := list(); err == nil {
-		t.Errorf("List with a truncated object = %q; want an error", listed)
+	if got, _, err := readObject(t, b, "good"); err != nil || string(got) != "good object" {
+		t.Errorf("Get(good) = %q, %v", got, err)
+	}
+	// A damaged object can be replaced, and a foreign file overwritten.
+	for _, key := range []string{"truncated", "junk"} {
+		if _, err := b.Put(ctx, key, strings.NewReader("fixed"), objstore.PutOptions{}); err != nil {
+			t.Errorf("Put over %s: %v", key, err)
+		}
+		if got, _, err := readObject(t, b, key); err != nil || string(got) != "fixed" {
+			t.Errorf("Get(%q) after a Put over it = %q, %v", key, got, err)
+		}
 	}
 }
 
-// TestFileFormat pins the documented layout of an object file.
-func TestFileFormat(t *testing.T) {
+// TestFilesAreVerbatim pins the documented layout: the object's bytes alone
+// in the file named by its key, and its attributes in one sidecar named by
+// the file's inode.
+func TestFilesAreVerbatim(t *testing.T) {
 	root := t.TempDir()
 	b := open(t, root)
-	payload := []byte("payload\x00bytes")
-	a, err := b.Put(t.Context(), "dir/obj", bytes.NewReader(payload), objstore.PutOptions{Metadata: map[string]string{"commit_id": "c1"}})
+	payload := []byte("ARROW1\x00payload\x00bytes")
+	a, err := b.Put(t.Context(), "dir/obj.arrow", bytes.NewReader(payload), objstore.PutOptions{
+		Metadata: map[string]string{"commit_id": "c1"}, ContentType: "application/vnd.apache.arrow.file",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(root, "dir", "obj.rso"))
+	file := filepath.Join(root, "dir", "obj.arrow")
+	raw, err := os.ReadFile(file)
+	if err != nil || !bytes.Equal(raw, payload) {
+		t.Fatalf("file holds %q, %v; want exactly %q", raw, err, payload)
+	}
+	names := sidecars(t, root, "dir")
+	if len(names) != 1 {
+		t.Fatalf("sidecars %q, want one", names)
+	}
+	if ino, ok := inode(t, file); ok {
+		if want := fmt.Sprintf("obj.arrow.%x.json", ino); names[0] != want {
+			t.Errorf("sidecar %q, want %q", names[0], want)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(root, "dir", ".rollstore-meta", names[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(raw[:4]) != "RSO1" {
-		t.Fatalf("magic %q", raw[:4])
+	var sc struct {
+		ETag        string            `json:"etag"`
+		Size        int64             `json:"size"`
+		ContentType string            `json:"content_type"`
+		Metadata    map[string]string `json:"metadata"`
 	}
-	n := int(binary.BigEndian.Uint32(raw[4:8]))
-	size := binary.BigEndian.Uint64(raw[8:16])
-	var h struct {
-		ETag     string            `json:"etag"`
-		Metadata map[string]string `json:"metadata"`
+	if err := json.Unmarshal(data, &sc); err != nil {
+		t.Fatalf("sidecar %s: %v", data, err)
 	}
-	if err := json.Unmarshal(raw[16:16+n], &h); err != nil {
+	if sc.ETag != a.ETag || sc.Size != int64(len(payload)) || sc.ContentType != a.ContentType || sc.Metadata["commit_id"] != "c1" {
+		t.Errorf("sidecar %s; want ETag %s, size %d, the content type and the metadata", data, a.ETag, len(payload))
+	}
+	ents, err := os.ReadDir(filepath.Join(root, "dir"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if h.ETag != a.ETag || h.Metadata["commit_id"] != "c1" {
-		t.Errorf("header %+v; want ETag %s and the metadata", h, a.ETag)
+	if len(ents) != 2 {
+		t.Errorf("dir holds %d entries, want the file and the sidecar directory", len(ents))
 	}
-	if size != uint64(len(payload)) || !bytes.Equal(raw[16+n:], payload) {
-		t.Errorf("payload %q (size field %d); want %q", raw[16+n:], size, payload)
+}
+
+// TestOldFormatRefused checks that a folder of the RSO1 format is refused
+// by Open, not read as an empty store, and left as it was.
+func TestOldFormatRefused(t *testing.T) {
+	root := t.TempDir()
+	for _, dir := range []string{".rollstore-tmp", "t"} {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "t", "_table.json.rso"), []byte("RSO1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := local.Open(root)
+	if !errors.Is(err, local.ErrOldFormat) {
+		if b != nil {
+			b.Close()
+		}
+		t.Fatalf("Open of an RSO1 folder: %v, want ErrOldFormat", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".rollstore")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Open of an RSO1 folder wrote to it: %v", err)
 	}
 }
 
@@ -680,7 +772,7 @@ func TestRootRemoved(t *testing.T) {
 func TestOpenSweepsStaleTempFiles(t *testing.T) {
 	root := t.TempDir()
 	open(t, root)
-	tmp := filepath.Join(root, ".rollstore-tmp")
+	tmp := filepath.Join(root, ".rollstore", "tmp")
 	for _, name := range []string{"stale", "live"} {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
@@ -697,5 +789,5 @@ func TestOpenSweepsStaleTempFiles(t *testing.T) {
 }
 
 func TestLeaseConformance(t *testing.T) {
-	objstoretest.RunLeases(t, func(t *testing.T) objstore.Bucket { return open(t, t.TempDir()) })
+	objstoretest.RunLeases(t, func(t *testing.T) objstore.Bucket { return open(t, t.TempDir()) }, objstoretest.PathKeys())
 }

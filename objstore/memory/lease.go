@@ -62,7 +62,7 @@ func (b *Bucket) AcquireLease(ctx context.Context, key string, d time.Duration) 
 		return nil, fmt.Errorf("%w: %s", objstore.ErrLeased, key)
 	}
 	if b.objects[key] == nil {
-		b.store(key, nil, nil)
+		b.store(key, nil, nil, "")
 	}
 	b.seq++
 	b.leases[key] = &leaseState{id: b.seq, expires: now.Add(d)}

@@ -38,6 +38,7 @@ type object struct {
 	etag     string
 	modified time.Time
 	metadata map[string]string
+	ctype    string
 }
 
 // Bucket is an in-memory objstore.Bucket. The zero value is not usable; call
@@ -164,6 +165,9 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, opts objstore
 	if err := objstore.ValidateMetadata(opts.Metadata); err != nil {
 		return objstore.Attrs{}, err
 	}
+	if err := objstore.ValidateContentType(opts.ContentType); err != nil {
+		return objstore.Attrs{}, err
+	}
 	if opts.IfNotExists && opts.IfMatch != "" {
 		return objstore.Attrs{}, fmt.Errorf("put %s: %w", key, errExclusive)
 	}
@@ -210,12 +214,15 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, opts objstore
 		return objstore.Attrs{}, fmt.Errorf("%w: %s has ETag %s, not %s", objstore.ErrPrecondition, key, cur.etag, opts.IfMatch)
 	}
 	b.endLease(key)
-	o := b.store(key, data, md)
+	o := b.store(key, data, md, opts.ContentType)
 	return o.attrs(key), nil
 }
 
 // store replaces the object at key. b.mu must be held.
-func (b *Bucket) store(key string, data []byte, md map[string]string) *object {
+func (b *Bucket) store(key string, data []byte, md map[string]string, ctype string) *object {
+	if ctype == "" {
+		ctype = objstore.DefaultContentType
+	}
 	b.seq++
 	o := &object{
 		data: data,
@@ -224,6 +231,7 @@ func (b *Bucket) store(key string, data []byte, md map[string]string) *object {
 		etag:     fmt.Sprintf(`"0x%X"`, b.seq),
 		modified: b.now().UTC(),
 		metadata: md,
+		ctype:    ctype,
 	}
 	b.objects[key] = o
 	return o
@@ -330,6 +338,7 @@ func (o *object) attrs(key string) objstore.Attrs {
 		ETag:         o.etag,
 		LastModified: o.modified,
 		Metadata:     maps.Clone(o.metadata), // callers may modify theirs
+		ContentType:  o.ctype,
 	}
 }
 

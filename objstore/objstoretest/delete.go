@@ -2,18 +2,24 @@ package objstoretest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/rollstore/rollstore/objstore"
 )
 
-func testDelete(t *testing.T, b objstore.Bucket) {
+func testDelete(t *testing.T, b objstore.Bucket, c config) {
 	ctx := t.Context()
 	if err := b.Delete(ctx, "del/never-existed"); err != nil {
 		t.Errorf("Delete of a missing key: %v, want nil", err)
 	}
 
-	for _, k := range []string{"del/a", "del/ab", "del/a/b"} {
+	// A key below the deleted one must survive it, where keys can nest.
+	below := "del/a/b"
+	if c.pathKeys {
+		below = "del/c/b"
+	}
+	for _, k := range []string{"del/a", "del/ab", below} {
 		mustPut(t, b, k, content(k), objstore.PutOptions{})
 	}
 	if err := b.Delete(ctx, "del/a"); err != nil {
@@ -28,18 +34,22 @@ func testDelete(t *testing.T, b objstore.Bucket) {
 	if err := b.Delete(ctx, "del"); err != nil {
 		t.Errorf("Delete(del), a prefix only: %v, want nil", err)
 	}
-	for _, k := range []string{"del/ab", "del/a/b"} {
+	left := []string{"del/ab", below}
+	for _, k := range left {
 		checkContent(t, b, k, content(k))
 	}
-	checkKeys(t, "List after Delete", listKeys(t, b, "", objstore.ListOptions{}), []string{"del/a/b", "del/ab"})
+	checkKeys(t, "List after Delete", listKeys(t, b, "", objstore.ListOptions{}), slices.Sorted(slices.Values(left)))
 }
 
-func testDeleteMany(t *testing.T, b objstore.Bucket) {
+func testDeleteMany(t *testing.T, b objstore.Bucket, c config) {
 	ctx := t.Context()
 	if err := b.DeleteMany(ctx, nil); err != nil {
 		t.Errorf("DeleteMany(nil): %v", err)
 	}
-	keep := []string{"dm/keep", "dm/x1/keep"}
+	keep := []string{"dm/keep", "dm/x1/keep"} // dm/x1 is deleted
+	if c.pathKeys {
+		keep[1] = "dm/x0/keep"
+	}
 	gone := []string{"dm/x1", "dm/x2", "dm/x3/y"}
 	putMany(t, b, append(append([]string{}, keep...), gone...))
 

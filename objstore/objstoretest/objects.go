@@ -2,6 +2,7 @@ package objstoretest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -283,7 +284,11 @@ func testInvalidKey(t *testing.T, b objstore.Bucket) {
 
 // testKeyIsAlsoPrefix stores a key and keys below it, which Azure allows and
 // a file-system backend must take care to (a file cannot also be a directory).
-func testKeyIsAlsoPrefix(t *testing.T, b objstore.Bucket) {
+func testKeyIsAlsoPrefix(t *testing.T, b objstore.Bucket, c config) {
+	if c.pathKeys {
+		testKeyConflict(t, b)
+		return
+	}
 	ctx := t.Context()
 	// Both orders: the parent first, and the child first.
 	for _, keys := range [][2]string{{"p/x", "p/x/y"}, {"q/x/y", "q/x"}} {
@@ -334,4 +339,108 @@ func testOverwrite(t *testing.T, b objstore.Bucket) {
 		t.Fatalf("GetRange: %v", err)
 	}
 	checkBytes(t, "GetRange after overwrite", readAll(t, rc), short)
+}
+
+// testKeyConflict is testKeyIsAlsoPrefix for a backend declared with
+// PathKeys: the second of a key and a key below it is refused with
+// ErrKeyConflict, whatever the Put's conditions, and changes nothing; once
+// the first is deleted, the second can be stored.
+func testKeyConflict(t *testing.T, b objstore.Bucket) {
+	ctx := t.Context()
+	for _, keys := range [][2]string{{"p/x", "p/x/y"}, {"q/x/y", "q/x"}} {
+		first, second := keys[0], keys[1]
+		a := mustPut(t, b, first, content(first), objstore.PutOptions{})
+		for _, opts := range []objstore.PutOptions{
+			{},
+			{IfNotExists: true},
+			{Metadata: map[string]string{"m": "1"}, ContentType: "text/plain"},
+		} {
+			what := fmt.Sprintf("Put(%q, %+v) while %q is stored", second, opts, first)
+			_, err := put(t, b, second, content(second), opts)
+			checkErr(t, what, err, objstore.ErrKeyConflict)
+			if errors.Is(err, objstore.ErrPrecondition) || errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("%s: err = %v also matches ErrPrecondition or ErrNotFound", what, err)
+			}
+			checkMissing(t, b, second)
+			if got := checkContent(t, b, first, content(first)); got.ETag != a.ETag {
+				t.Errorf("%s changed %q: ETag %q, was %q", what, first, got.ETag, a.ETag)
+			}
+		}
+	}
+	checkKeys(t, `List("")`, listKeys(t, b, "", objstore.ListOptions{}), []string{"p/x", "q/x/y"})
+	checkKeys(t, `List("q/", Delimited)`, listKeys(t, b, "q/", objstore.ListOptions{Delimited: true}), []string{"q/x/"})
+
+	// Deleting the first frees the second.
+	for _, keys := range [][2]string{{"p/x", "p/x/y"}, {"q/x/y", "q/x"}} {
+		if err := b.Delete(ctx, keys[0]); err != nil {
+			t.Fatalf("Delete(%q): %v", keys[0], err)
+		}
+		mustPut(t, b, keys[1], content(keys[1]), objstore.PutOptions{IfNotExists: true})
+		checkContent(t, b, keys[1], content(keys[1]))
+		checkMissing(t, b, keys[0])
+	}
+	checkKeys(t, `List("")`, listKeys(t, b, "", objstore.ListOptions{}), []string{"p/x/y", "q/x"})
+}
+
+// testContentType: a Put's content type comes back from Put, Head and Get,
+// on every upload path; none means DefaultContentType; an overwrite keeps
+// nothing of the old one; and types no backend can carry are refused.
+func testContentType(t *testing.T, b objstore.Bucket) {
+	ctx := t.Context()
+	check := func(what string, a objstore.Attrs, want string) {
+		t.Helper()
+		if a.ContentType != want {
+			t.Errorf("%s: ContentType = %q, want %q", what, a.ContentType, want)
+		}
+	}
+	checkStored := func(key, want string) {
+		t.Helper()
+		check(fmt.Sprintf("Head(%q)", key), mustHead(t, b, key), want)
+		_, g := mustGet(t, b, key)
+		check(fmt.Sprintf("Get(%q)", key), g, want)
+	}
+
+	a := mustPut(t, b, "ct/default", []byte("x"), objstore.PutOptions{})
+	check("Put without a type", a, objstore.DefaultContentType)
+	checkStored("ct/default", objstore.DefaultContentType)
+
+	small := []byte(`{"a":1}`)
+	large := noise(3, 5<<20) // streamed in blocks where the backend does
+	for _, c := range []struct {
+		key, ct string
+		put     func(key, ct string) (objstore.Attrs, error)
+	}{
+		{"ct/plain", "application/json", func(k, ct string) (objstore.Attrs, error) {
+			return put(t, b, k, small, objstore.PutOptions{ContentType: ct})
+		}},
+		{"ct/created", "application/vnd.apache.arrow.file", func(k, ct string) (objstore.Attrs, error) {
+			return put(t, b, k, small, objstore.PutOptions{ContentType: ct, IfNotExists: true})
+		}},
+		{"ct/unknown-size", "text/plain; charset=utf-8", func(k, ct string) (objstore.Attrs, error) {
+			return b.Put(ctx, k, opaque{bytes.NewReader(small)}, objstore.PutOptions{ContentType: ct, Size: -1})
+		}},
+		{"ct/large", "application/x-ndjson", func(k, ct string) (objstore.Attrs, error) {
+			return b.Put(ctx, k, opaque{bytes.NewReader(large)}, objstore.PutOptions{ContentType: ct, Size: -1})
+		}},
+	} {
+		a, err := c.put(c.key, c.ct)
+		if err != nil {
+			t.Fatalf("Put(%q, ContentType %q): %v", c.key, c.ct, err)
+		}
+		check(fmt.Sprintf("Put(%q)", c.key), a, c.ct)
+		checkStored(c.key, c.ct)
+	}
+
+	// Nothing of the old type survives an overwrite, conditional or not.
+	mustPut(t, b, "ct/plain", small, objstore.PutOptions{})
+	checkStored("ct/plain", objstore.DefaultContentType)
+	h := mustHead(t, b, "ct/created")
+	mustPut(t, b, "ct/created", small, objstore.PutOptions{IfMatch: h.ETag, ContentType: "image/png"})
+	checkStored("ct/created", "image/png")
+
+	for _, bad := range []string{"text/plain\n", "a\x00b", "\ttext/plain", " text/plain", "text/plain ", "caf\u00e9/x", strings.Repeat("a", 1025)} {
+		_, err := put(t, b, "ct/bad", small, objstore.PutOptions{ContentType: bad})
+		checkErr(t, fmt.Sprintf("Put(ContentType %.20q)", bad), err, objstore.ErrInvalidKey)
+	}
+	checkMissing(t, b, "ct/bad")
 }

@@ -38,9 +38,9 @@ import (
 // Run runs the suite as subtests of t. Each subtest calls newBucket with its
 // own *testing.T and must get a fresh, empty bucket; newBucket may register
 // cleanups on that t, and should call t.Fatal (or t.Skip) when it cannot
-// provide one.
-func Run(t *testing.T, newBucket func(t *testing.T) objstore.Bucket) {
-	for _, c := range cases {
+// provide one. Options describe what the backend may refuse.
+func Run(t *testing.T, newBucket func(t *testing.T) objstore.Bucket, opts ...Option) {
+	for _, c := range cases(newConfig(opts)) {
 		t.Run(c.name, func(t *testing.T) {
 			b := newBucket(t)
 			if b == nil {
@@ -51,37 +51,71 @@ func Run(t *testing.T, newBucket func(t *testing.T) objstore.Bucket) {
 	}
 }
 
-// cases are the subtests, in the order Run runs them. The names are stable:
-// a backend that must skip one can say so with -skip.
-var cases = []struct {
+// An Option adapts the suite to a backend's documented limits.
+type Option func(*config)
+
+type config struct {
+	// pathKeys: the backend refuses nested keys; see PathKeys.
+	pathKeys bool
+}
+
+func newConfig(opts []Option) config {
+	var c config
+	for _, opt := range opts {
+		opt(&c)
+	}
+	return c
+}
+
+// PathKeys declares a backend that stores keys as file paths and so cannot
+// hold a key and keys below it ("a/b" and "a/b/c"): it refuses the second
+// with objstore.ErrKeyConflict. The cases about such keys then check that
+// refusal instead — it changes nothing, whatever the Put's conditions, and
+// is never ErrPrecondition, which would tell a committer that someone else
+// won — and the other cases use keys that do not nest.
+func PathKeys() Option {
+	return func(c *config) { c.pathKeys = true }
+}
+
+type testCase struct {
 	name string
 	fn   func(*testing.T, objstore.Bucket)
-}{
-	{"NotFound", testNotFound},
-	{"PutGet", testPutGet},
-	{"Empty", testEmpty},
-	{"Large", testLarge},
-	{"Range", testRange},
-	{"Metadata", testMetadata},
-	{"InvalidKey", testInvalidKey},
-	{"KeyIsAlsoPrefix", testKeyIsAlsoPrefix},
-	{"Overwrite", testOverwrite},
-	{"CreateIfAbsent", testCreateIfAbsent},
-	{"CreateIfAbsentRace", testCreateIfAbsentRace},
-	{"IfMatch", testIfMatch},
-	{"ExclusiveConditions", testExclusiveConditions},
-	{"Delete", testDelete},
-	{"DeleteMany", testDeleteMany},
-	{"DeleteManyBatch", testDeleteManyBatch},
-	{"List", testList},
-	{"ListDelimited", testListDelimited},
-	{"ListOrder", testListOrder},
-	{"ListStop", testListStop},
-	{"ListCancel", testListCancel},
-	{"ListMutate", testListMutate},
-	{"Concurrent", testConcurrent},
-	{"DeleteDuringRead", testDeleteDuringRead},
-	{"Canceled", testCanceled},
+}
+
+// cases are the subtests, in the order Run runs them. The names are stable:
+// a backend that must skip one can say so with -skip.
+func cases(c config) []testCase {
+	with := func(fn func(*testing.T, objstore.Bucket, config)) func(*testing.T, objstore.Bucket) {
+		return func(t *testing.T, b objstore.Bucket) { fn(t, b, c) }
+	}
+	return []testCase{
+		{"NotFound", testNotFound},
+		{"PutGet", testPutGet},
+		{"Empty", testEmpty},
+		{"Large", testLarge},
+		{"Range", testRange},
+		{"Metadata", testMetadata},
+		{"ContentType", testContentType},
+		{"InvalidKey", testInvalidKey},
+		{"KeyIsAlsoPrefix", with(testKeyIsAlsoPrefix)},
+		{"Overwrite", testOverwrite},
+		{"CreateIfAbsent", testCreateIfAbsent},
+		{"CreateIfAbsentRace", testCreateIfAbsentRace},
+		{"IfMatch", testIfMatch},
+		{"ExclusiveConditions", testExclusiveConditions},
+		{"Delete", with(testDelete)},
+		{"DeleteMany", with(testDeleteMany)},
+		{"DeleteManyBatch", testDeleteManyBatch},
+		{"List", testList},
+		{"ListDelimited", testListDelimited},
+		{"ListOrder", testListOrder},
+		{"ListStop", testListStop},
+		{"ListCancel", testListCancel},
+		{"ListMutate", testListMutate},
+		{"Concurrent", testConcurrent},
+		{"DeleteDuringRead", testDeleteDuringRead},
+		{"Canceled", testCanceled},
+	}
 }
 
 // otherSentinels are the sentinels an ErrNotFound must never also match: the

@@ -92,6 +92,7 @@ func (m *mutant) List(ctx context.Context, prefix string, opts objstore.ListOpti
 var mutants = map[string]struct {
 	make  func() objstore.Bucket
 	catch []string
+	opts  []objstoretest.Option
 }{
 	"create-if-absent ignored": {func() objstore.Bucket {
 		b := memory.New()
@@ -99,7 +100,7 @@ var mutants = map[string]struct {
 			o.IfNotExists = false
 			return b.Put(ctx, k, r, o)
 		}}
-	}, []string{"CreateIfAbsent", "CreateIfAbsentRace", "ExclusiveConditions"}},
+	}, []string{"CreateIfAbsent", "CreateIfAbsentRace", "ExclusiveConditions"}, nil},
 
 	"if-match ignored": {func() objstore.Bucket {
 		b := memory.New()
@@ -107,7 +108,7 @@ var mutants = map[string]struct {
 			o.IfMatch = ""
 			return b.Put(ctx, k, r, o)
 		}}
-	}, []string{"IfMatch", "ExclusiveConditions"}},
+	}, []string{"IfMatch", "ExclusiveConditions"}, nil},
 
 	"range shifted by one": {func() objstore.Bucket {
 		b := memory.New()
@@ -117,7 +118,7 @@ var mutants = map[string]struct {
 			}
 			return b.GetRange(ctx, k, off, n)
 		}}
-	}, []string{"Range", "Large"}},
+	}, []string{"Range", "Large"}, nil},
 
 	"range at end refused": {func() objstore.Bucket {
 		b := memory.New()
@@ -127,7 +128,7 @@ var mutants = map[string]struct {
 			}
 			return b.GetRange(ctx, k, off, n)
 		}}
-	}, []string{"Range", "Empty"}},
+	}, []string{"Range", "Empty"}, nil},
 
 	"zero-length range shortcut": {func() objstore.Bucket {
 		b := memory.New()
@@ -137,7 +138,7 @@ var mutants = map[string]struct {
 			}
 			return b.GetRange(ctx, k, off, n)
 		}}
-	}, []string{"NotFound"}},
+	}, []string{"NotFound"}, nil},
 
 	"not-found is also container-not-found": {func() objstore.Bucket {
 		b := memory.New()
@@ -148,7 +149,7 @@ var mutants = map[string]struct {
 			}
 			return a, err
 		}}
-	}, []string{"NotFound", "Delete"}},
+	}, []string{"NotFound", "Delete"}, nil},
 
 	"invalid key untyped": {func() objstore.Bucket {
 		b := memory.New()
@@ -159,7 +160,7 @@ var mutants = map[string]struct {
 			}
 			return rc, a, err
 		}}
-	}, []string{"InvalidKey"}},
+	}, []string{"InvalidKey"}, nil},
 
 	"last byte dropped": {func() objstore.Bucket {
 		b := memory.New()
@@ -173,7 +174,7 @@ var mutants = map[string]struct {
 				io.Closer
 			}{io.LimitReader(rc, a.Size-1), rc}, a, nil
 		}}
-	}, []string{"PutGet", "Large", "Overwrite"}},
+	}, []string{"PutGet", "Large", "Overwrite"}, nil},
 
 	"metadata dropped": {func() objstore.Bucket {
 		b := memory.New()
@@ -181,7 +182,19 @@ var mutants = map[string]struct {
 			o.Metadata = nil
 			return b.Put(ctx, k, r, o)
 		}}
-	}, []string{"Metadata"}},
+	}, []string{"Metadata"}, nil},
+
+	"content type dropped": {func() objstore.Bucket {
+		b := memory.New()
+		return &mutant{Bucket: b, put: func(ctx context.Context, k string, r io.Reader, o objstore.PutOptions) (objstore.Attrs, error) {
+			o.ContentType = ""
+			return b.Put(ctx, k, r, o)
+		}}
+	}, []string{"ContentType"}, nil},
+
+	"key conflict reported as a lost create": {func() objstore.Bucket {
+		return pathKeyed(memory.New(), objstore.ErrPrecondition)
+	}, []string{"KeyIsAlsoPrefix"}, []objstoretest.Option{objstoretest.PathKeys()}},
 
 	"delete of missing fails": {func() objstore.Bucket {
 		b := memory.New()
@@ -191,14 +204,14 @@ var mutants = map[string]struct {
 			}
 			return b.Delete(ctx, k)
 		}}
-	}, []string{"Delete"}},
+	}, []string{"Delete"}, nil},
 
 	"delete-many stops at 256": {func() objstore.Bucket {
 		b := memory.New()
 		return &mutant{Bucket: b, many: func(ctx context.Context, keys []string) error {
 			return b.DeleteMany(ctx, keys[:min(len(keys), 256)])
 		}}
-	}, []string{"DeleteManyBatch"}},
+	}, []string{"DeleteManyBatch"}, nil},
 
 	"list unsorted": {func() objstore.Bucket {
 		b := memory.New()
@@ -215,7 +228,7 @@ var mutants = map[string]struct {
 			}
 			return nil
 		}}
-	}, []string{"List", "ListDelimited", "ListOrder"}},
+	}, []string{"List", "ListDelimited", "ListOrder"}, nil},
 
 	"list delimiter ignored": {func() objstore.Bucket {
 		b := memory.New()
@@ -223,7 +236,7 @@ var mutants = map[string]struct {
 			o.Delimited = false
 			return b.List(ctx, p, o, fn)
 		}}
-	}, []string{"ListDelimited", "ListOrder", "KeyIsAlsoPrefix"}},
+	}, []string{"ListDelimited", "ListOrder", "KeyIsAlsoPrefix"}, nil},
 
 	"list swallows fn error": {func() objstore.Bucket {
 		b := memory.New()
@@ -231,7 +244,7 @@ var mutants = map[string]struct {
 			b.List(ctx, p, o, func(e objstore.Entry) error { fn(e); return nil })
 			return nil
 		}}
-	}, []string{"ListStop", "ListCancel"}},
+	}, []string{"ListStop", "ListCancel"}, nil},
 
 	"context ignored": {func() objstore.Bucket {
 		b := memory.New()
@@ -247,7 +260,7 @@ var mutants = map[string]struct {
 				return b.List(context.WithoutCancel(ctx), p, o, fn)
 			},
 		}
-	}, []string{"Canceled", "ListCancel"}},
+	}, []string{"Canceled", "ListCancel"}, nil},
 
 	"acknowledged write lost": {func() objstore.Bucket {
 		b := memory.New()
@@ -259,7 +272,7 @@ var mutants = map[string]struct {
 			}
 			return a, err
 		}}
-	}, []string{"Concurrent"}},
+	}, []string{"Concurrent"}, nil},
 
 	"short read when deleted": {func() objstore.Bucket {
 		b := memory.New()
@@ -270,7 +283,29 @@ var mutants = map[string]struct {
 			}
 			return &vanishing{rc: rc, gone: func() bool { _, err := b.Head(ctx, k); return err != nil }}, nil
 		}}
-	}, []string{"DeleteDuringRead"}},
+	}, []string{"DeleteDuringRead"}, nil},
+}
+
+// pathKeyed is the memory backend refusing, with refusal, a key below a
+// stored key or above one, as a file-system backend must.
+func pathKeyed(b *memory.Bucket, refusal error) objstore.Bucket {
+	return &mutant{Bucket: b, put: func(ctx context.Context, k string, r io.Reader, o objstore.PutOptions) (objstore.Attrs, error) {
+		for _, key := range b.Keys() {
+			if strings.HasPrefix(key, k+"/") || strings.HasPrefix(k, key+"/") {
+				return objstore.Attrs{}, fmt.Errorf("%w: %s nests with %s", refusal, k, key)
+			}
+		}
+		return b.Put(ctx, k, r, o)
+	}}
+}
+
+// TestPathKeys runs the suite in PathKeys mode against a backend that
+// refuses nested keys correctly: the mode must hold such a backend to the
+// rest of the contract without failing it for the refusal.
+func TestPathKeys(t *testing.T) {
+	objstoretest.Run(t, func(*testing.T) objstore.Bucket {
+		return pathKeyed(memory.New(), objstore.ErrKeyConflict)
+	}, objstoretest.PathKeys())
 }
 
 // vanishing ends its body early, without an error, once the object is gone:
@@ -295,7 +330,7 @@ func TestMutants(t *testing.T) {
 		if !ok {
 			t.Fatalf("no mutant %q", name)
 		}
-		objstoretest.Run(t, func(*testing.T) objstore.Bucket { return m.make() })
+		objstoretest.Run(t, func(*testing.T) objstore.Bucket { return m.make() }, m.opts...)
 		return
 	}
 	if testing.Short() {

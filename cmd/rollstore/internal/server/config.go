@@ -48,6 +48,11 @@ type Config struct {
 	// Store, if it offers a Check or Ping method, is probed by /readyz;
 	// otherwise readiness lists the tables.
 	Store objstore.Bucket
+	// StorePrefix is the prefix the engine's store lives under
+	// (objstore.Prefixed; cmd/rollstore's --prefix). Records' payload_ref
+	// gets it, so that it names the payload's object in the container or
+	// folder rather than a key only the engine can resolve.
+	StorePrefix string
 	// Logger receives request and merger logs; nil discards them.
 	Logger *slog.Logger
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/rollstore/rollstore/engine"
 )
@@ -28,22 +29,37 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // recordView is a record's metadata as the API shows it: every field of
-// the engine's record, plus the payload checksum in hex.
+// the engine's record, plus the payload checksum in hex and, for a payload
+// stored as its own object, that object's full name in the store.
 type recordView struct {
 	*engine.Record
 	PayloadSHA256 string `json:"payload_sha256"`
+	PayloadRef    string `json:"payload_ref,omitempty"`
 }
 
-func viewOf(rec *engine.Record) recordView {
-	return recordView{Record: rec, PayloadSHA256: hex.EncodeToString(rec.PayloadSHA256[:])}
+func (s *Server) viewOf(rec *engine.Record) recordView {
+	v := recordView{Record: rec, PayloadSHA256: hex.EncodeToString(rec.PayloadSHA256[:])}
+	if rec.PayloadRef != "" {
+		v.PayloadRef = objectName(s.cfg.StorePrefix, rec.PayloadRef)
+	}
+	return v
 }
 
-func viewsOf(recs []*engine.Record) []recordView {
+func (s *Server) viewsOf(recs []*engine.Record) []recordView {
 	out := make([]recordView, len(recs))
 	for i, r := range recs {
-		out[i] = viewOf(r)
+		out[i] = s.viewOf(r)
 	}
 	return out
+}
+
+// objectName is the name in the container (Azure) or under the data
+// folder (local) of the engine's key under the store prefix.
+func objectName(prefix, key string) string {
+	if prefix = strings.Trim(prefix, "/"); prefix != "" {
+		return prefix + "/" + key
+	}
+	return key
 }
 
 // etag is the payload's strong validator: its SHA-256, which is what makes

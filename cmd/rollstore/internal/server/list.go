@@ -47,7 +47,7 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, struct {
 		Records       []recordView `json:"records"`
 		NextPageToken string       `json:"next_page_token,omitempty"`
-	}{viewsOf(page.Records), page.NextPageToken})
+	}{s.viewsOf(page.Records), page.NextPageToken})
 	return nil
 }
 

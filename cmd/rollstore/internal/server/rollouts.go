@@ -113,7 +113,7 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Location", rolloutPath(tb.Name(), id))
 	}
 	w.Header().Set("ETag", etag(res.Record))
-	writeJSON(w, status, viewOf(res.Record))
+	writeJSON(w, status, s.viewOf(res.Record))
 	return nil
 }
 
@@ -134,7 +134,7 @@ func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, viewOf(rec))
+	writeJSON(w, http.StatusOK, s.viewOf(rec))
 	return nil
 }
 
