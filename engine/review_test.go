@@ -132,9 +132,12 @@ func TestRecreatedTableNotServedFromStaleCache(t *testing.T) {
 	if _, err := w2tb.Append(ctx, Record{ID: "y", RolloutID: "r"}, bytes.NewReader(payloadFor("y", 10)), 10); err != nil {
 		t.Fatal(err)
 	}
-	// r's old handle is retired; a fresh one sees only the new incarnation.
-	if _, err := r.tb.Get(ctx, "y", ReadOptions{}); !errors.Is(err, ErrTableNotFound) {
+	// r's old handle notices the drop and serves the table as it is now.
+	if got, err := readPayload(r.tb, "y"); err != nil || !bytes.Equal(got, payloadFor("y", 10)) {
 		t.Fatalf("old handle after recreate: %v", err)
+	}
+	if _, err := r.tb.Get(ctx, "x", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("old handle serves a dropped row: %v", err)
 	}
 	tb, err := r.db.Table(ctx, "t")
 	if err != nil {

@@ -47,7 +47,13 @@ func (t *Table) Sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 		return SweepResult{}, fmt.Errorf("acquiring the merger lease: %w", err)
 	}
 	defer o.release(ctx)
-	res, err := t.sweep(ctx, grace)
+	var res SweepResult
+	for attempt := 0; attempt < 3; attempt++ {
+		res, err = t.sweep(ctx, grace)
+		if !errors.Is(err, objstore.ErrNotFound) {
+			break // a version collected while the sweep read it: look again
+		}
+	}
 	return res, t.noteGone(err)
 }
 

@@ -162,10 +162,11 @@ func TestLocalFilesReadByArrowJS(t *testing.T) {
 		if len(f.Rows) != f.NumRows {
 			t.Errorf("%s: %d rows, %d with ids", rel, f.NumRows, len(f.Rows))
 		}
-		switch {
-		case strings.HasPrefix(rel, "t/base/data/"):
+		// t/<incarnation>/base/data/… or t/<incarnation>/wal/…
+		switch parts := strings.SplitN(rel, "/", 4); {
+		case len(parts) == 4 && parts[2] == "base":
 			rowsIn["base"] += f.NumRows
-		case strings.HasPrefix(rel, "t/wal/"):
+		case len(parts) == 4 && parts[2] == "wal":
 			rowsIn["wal"] += f.NumRows
 		}
 		for _, row := range f.Rows {

@@ -48,7 +48,8 @@ func TestPayloadRefNamesTheObject(t *testing.T) {
 			}
 			return
 		}
-		if !strings.HasPrefix(ref, prefix+"/t/payloads/") {
+		// <prefix>/<table>/<incarnation>/payloads/…
+		if parts := strings.Split(strings.TrimPrefix(ref, prefix+"/"), "/"); !strings.HasPrefix(ref, prefix+"/t/") || len(parts) < 3 || parts[2] != "payloads" {
 			t.Errorf("%s: payload_ref %q, want the object's full name under %s/", what, ref, prefix)
 			return
 		}
