@@ -114,6 +114,31 @@ func (r response) errCode() string {
 	return b.Error.Code
 }
 
+// errDetail returns the error of a JSON error answer, zero otherwise.
+func (r response) errDetail() errorDetail {
+	var b errorBody
+	_ = json.Unmarshal(r.body, &b)
+	return b.Error
+}
+
+func (r response) errMessage() string   { return r.errDetail().Message }
+func (r response) errRequestID() string { return r.errDetail().RequestID }
+
+// errLine and errRow return the line or row an error names, or -1.
+func (r response) errLine() int {
+	if l := r.errDetail().Line; l != nil {
+		return *l
+	}
+	return -1
+}
+
+func (r response) errRow() int {
+	if l := r.errDetail().Row; l != nil {
+		return *l
+	}
+	return -1
+}
+
 func (r response) decode(t *testing.T, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {

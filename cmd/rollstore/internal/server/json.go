@@ -6,18 +6,25 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/rollstore/rollstore/engine"
 )
 
 // writeJSON answers v as JSON. Encoding into a buffer first means an
-// encoding failure is still a clean 500 rather than half a document.
+// encoding failure is still a clean 500 rather than half a document; the
+// failure is kept on the recorder, so the request's log line carries it.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		buf.Reset()
-		buf.WriteString(`{"error":{"code":"internal","message":"encoding the response failed"}}` + "\n")
+		body := errorBody{Error: errorDetail{Code: codeInternal, Message: "encoding the response failed",
+			RequestID: w.Header().Get("X-Request-Id")}}
+		_ = json.NewEncoder(&buf).Encode(body)
+		if rec, ok := w.(*recorder); ok {
+			rec.encodeErr = err
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -28,14 +35,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // recordView is a record's metadata as the API shows it: every field of
-// the engine's record, plus the payload checksum in hex.
+// the engine's record, plus the payload checksum in hex. created_at is
+// shadowed by a type whose encoding cannot fail, so that no stored value
+// (one written before its range was checked) can make a read fail.
 type recordView struct {
 	*engine.Record
-	PayloadSHA256 string `json:"payload_sha256"`
+	CreatedAt     anyTime `json:"created_at"`
+	PayloadSHA256 string  `json:"payload_sha256"`
 }
 
 func viewOf(rec *engine.Record) recordView {
-	return recordView{Record: rec, PayloadSHA256: hex.EncodeToString(rec.PayloadSHA256[:])}
+	return recordView{Record: rec, CreatedAt: anyTime(rec.CreatedAt), PayloadSHA256: hex.EncodeToString(rec.PayloadSHA256[:])}
+}
+
+// anyTime encodes as RFC 3339 like time.Time, but also outside years
+// 0..9999, where time.Time's MarshalJSON fails (the year is then written
+// with as many digits as it has).
+type anyTime time.Time
+
+func (t anyTime) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, time.Time(t).Format(time.RFC3339Nano)), nil
+}
+
+// httpDate formats t as an HTTP date, unless it has no such form.
+func httpDate(t time.Time) (string, bool) {
+	t = t.UTC()
+	if t.Year() < 1 || t.Year() > 9999 {
+		return "", false
+	}
+	return t.Format(http.TimeFormat), true
 }
 
 func viewsOf(recs []*engine.Record) []recordView {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -31,6 +32,9 @@ func (s *Server) handle(pattern string, h handlerFunc, opts int) {
 		rec := &recorder{ResponseWriter: w}
 		err := s.admit(rec, r, h, opts)
 		status, abort := s.answer(rec, r, err)
+		if err == nil && rec.encodeErr != nil {
+			err = fmt.Errorf("encoding the response: %w", rec.encodeErr)
+		}
 		elapsed := time.Since(start)
 		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Observe(elapsed.Seconds())
 		s.logRequest(r, route, status, rec.bytes, elapsed, err, abort)
@@ -172,6 +176,8 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// encodeErr is why writeJSON could not encode the answer, if it could not.
+	encodeErr error
 }
 
 func (r *recorder) WriteHeader(code int) {

@@ -3,9 +3,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -48,9 +51,23 @@ func (h *recordHeader) record(id, contentType string) engine.Record {
 	return rec
 }
 
-// decodeStrict decodes exactly one JSON value and refuses unknown fields,
-// so a misspelt field is an error instead of silently dropped data.
+// decodeStrict decodes exactly one JSON object into v, a pointer to a
+// struct, and refuses what encoding/json would let through: unknown
+// fields (a misspelt field is an error instead of silently dropped data),
+// field names in another case (Rollout_ID would fill rollout_id), keys
+// repeated anywhere (the last would win), lone surrogates and invalid
+// UTF-8 (they would become U+FFFD).
 func decodeStrict(data []byte, v any) error {
+	known := jsonFields(reflect.TypeOf(v).Elem())
+	err := rowfile.CheckJSON(data, func(k string) error {
+		if !known[k] {
+			return fmt.Errorf("unknown field %q (field names are case-sensitive)", k)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -60,6 +77,22 @@ func decodeStrict(data []byte, v any) error {
 		return badRequest("trailing data after the JSON value")
 	}
 	return nil
+}
+
+// jsonFields returns the JSON names of a struct's fields, embedded
+// structs' included.
+func jsonFields(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for f := range t.Fields() {
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			maps.Copy(names, jsonFields(f.Type))
+			continue
+		}
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	return names
 }
 
 const recordHeaderName = "Rollstore-Record"
@@ -246,7 +279,9 @@ func setPayloadHeaders(h http.Header, rec *engine.Record) {
 	h.Set("Content-Type", ct)
 	h.Set("ETag", etag(rec))
 	h.Set("Accept-Ranges", "bytes")
-	h.Set("Last-Modified", rec.CreatedAt.UTC().Format(http.TimeFormat))
+	if d, ok := httpDate(rec.CreatedAt); ok {
+		h.Set("Last-Modified", d)
+	}
 	h.Set("X-Content-Type-Options", "nosniff")
 }
 
