@@ -130,6 +130,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 
 	fs.StringVar(&c.authTokenFile, "auth-token-file", c.authTokenFile, "`file` of bearer tokens, one per line; when set every request except /healthz and /readyz needs one (including /metrics)")
 	fs.DurationVar(&c.server.DrainTimeout, "drain-timeout", c.server.DrainTimeout, "bound on the graceful drain after SIGTERM or SIGINT")
+	fs.DurationVar(&c.server.CloseTimeout, "close-timeout", c.server.CloseTimeout, "after the drain (even one that overran --drain-timeout), time to seal open generations and release the shard's lease")
 	fs.DurationVar(&c.server.DrainDelay, "drain-delay", c.server.DrainDelay, "after SIGTERM, keep the listener open this long answering 503 while load balancers notice readiness failing")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log `format`: text or json")

@@ -35,6 +35,11 @@ type Config struct {
 	SweepEvery int
 	// DrainTimeout bounds the graceful drain after Serve's context ends.
 	DrainTimeout time.Duration
+	// CloseTimeout bounds closing the database after the drain: sealing
+	// the open generations and releasing the shard's lease, so the next
+	// process can take the shard at once. It is time of its own, not what
+	// is left of DrainTimeout, which an overrunning upload may have spent.
+	CloseTimeout time.Duration
 	// DrainDelay keeps the listener open after readiness starts failing, so
 	// load balancers notice before connections are refused. During it every
 	// API request is answered 503 "draining". Zero (the default) closes the
@@ -63,6 +68,7 @@ func DefaultConfig() Config {
 		MergeInterval:         30 * time.Second,
 		SweepEvery:            10,
 		DrainTimeout:          30 * time.Second,
+		CloseTimeout:          5 * time.Second,
 		RetryAfter:            time.Second,
 	}
 }
@@ -93,6 +99,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = d.DrainTimeout
 	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = d.CloseTimeout
+	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = d.RetryAfter
 	}
@@ -106,7 +115,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: MaxConcurrentRequests must be positive")
 	case c.SweepEvery < 0:
 		return c, fmt.Errorf("server: SweepEvery must be positive")
-	case c.DrainTimeout < 0, c.DrainDelay < 0, c.RetryAfter < 0:
+	case c.DrainTimeout < 0, c.DrainDelay < 0, c.CloseTimeout < 0, c.RetryAfter < 0:
 		return c, fmt.Errorf("server: drain and retry durations must not be negative")
 	}
 	for _, t := range c.AuthTokens {

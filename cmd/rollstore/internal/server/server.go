@@ -70,9 +70,10 @@ func (s *Server) StartDrain() {
 
 // Serve serves on ln until ctx is done, running the merger alongside, then
 // drains within Config.DrainTimeout: readiness fails and new requests are
-// refused, the merger stops, requests in flight finish, the listener
-// closes, and db is closed, which seals the generations this process
-// wrote. It returns nil after a clean drain.
+// refused, the merger stops, requests in flight finish (or are cut off at
+// the bound), the listener closes. Then db is closed within
+// Config.CloseTimeout, which seals the generations this process wrote and
+// releases its shard. It returns nil after a clean drain.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler: s.Handler(),
@@ -103,9 +104,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case err := <-served:
 		stopMerger()
 		wg.Wait()
-		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
-		defer cancel()
-		return errors.Join(fmt.Errorf("serving on %s: %w", ln.Addr(), err), s.db.Close(cctx))
+		return errors.Join(fmt.Errorf("serving on %s: %w", ln.Addr(), err), s.closeDB())
 	case <-ctx.Done():
 	}
 
@@ -131,9 +130,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		errs = append(errs, err)
 	}
 	wg.Wait()
-	if err := s.db.Close(drainCtx); err != nil {
+	if err := s.closeDB(); err != nil {
 		errs = append(errs, fmt.Errorf("drain: closing the database: %w", err))
 	}
 	s.log.Info("drained", "took", time.Since(start).Round(time.Millisecond), "clean", len(errs) == 0)
 	return errors.Join(errs...)
+}
+
+// closeDB closes the database within CloseTimeout, counted from now: a
+// drain that overran its own bound must still seal and release the shard.
+func (s *Server) closeDB() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseTimeout)
+	defer cancel()
+	return s.db.Close(ctx)
 }
