@@ -112,9 +112,11 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 
 	fs.Var(byteSize{&c.server.MaxBodyBytes}, "max-body", "largest payload `size` one PUT may send (413 above)")
 	fs.IntVar(&c.server.MaxRecordHeaderBytes, "max-record-header", c.server.MaxRecordHeaderBytes, "largest Rollstore-Record header in `bytes` (431 above)")
-	fs.Var(byteSize{&c.server.MaxBatchBytes}, "max-batch-body", "largest batch body `size`; batches are decoded in memory (413 above)")
-	fs.DurationVar(&c.server.UploadIdleTimeout, "upload-idle-timeout", c.server.UploadIdleTimeout, "answer 408 to an upload that sends nothing for this long; 0 disables")
+	fs.Var(byteSize{&c.server.MaxBatchBytes}, "max-batch-body", fmt.Sprintf("largest batch body `size`, and largest decoded batch; a batch also holds at most %d rows (413 above either)", c.engine.SegmentMaxRows))
+	fs.DurationVar(&c.server.UploadIdleTimeout, "upload-idle-timeout", c.server.UploadIdleTimeout, "answer 408 to an upload that sends nothing for this long; 0 disables it and --upload-min-rate")
+	fs.Var(byteSize{&c.server.UploadMinRate}, "upload-min-rate", "`size` per second an upload must average after its first --upload-idle-timeout (408 below); 0 disables")
 	fs.IntVar(&c.server.MaxConcurrentRequests, "max-concurrent-requests", c.server.MaxConcurrentRequests, "API requests served at once; more get 503 with Retry-After")
+	fs.IntVar(&c.server.MaxConcurrentUploads, "max-concurrent-uploads", c.server.MaxConcurrentUploads, "uploads (PUT of a rollout, batches) among them, so the rest always serve reads; default half of --max-concurrent-requests")
 	fs.Var(byteSize{&c.engine.MaxPayloadInFlight}, "max-inflight-payload", "payload `size` being read at once; reads beyond it get 503 with Retry-After")
 	fs.IntVar(&c.engine.ReadMaxPendingPerShard, "read-max-pending-per-shard", c.engine.ReadMaxPendingPerShard, "pending generations per shard a read may consult (503 beyond; merges catch up)")
 	fs.IntVar(&c.engine.ReadMaxPendingTotal, "read-max-pending", c.engine.ReadMaxPendingTotal, "pending generations in total a read may consult (503 beyond)")
@@ -167,6 +169,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.server.UploadIdleTimeout == 0 {
 		c.server.UploadIdleTimeout = -1
+	}
+	if c.server.UploadMinRate == 0 {
+		c.server.UploadMinRate = -1
+	}
+	if c.server.MaxConcurrentUploads > c.server.MaxConcurrentRequests {
+		return fmt.Errorf("--max-concurrent-uploads %d exceeds --max-concurrent-requests %d", c.server.MaxConcurrentUploads, c.server.MaxConcurrentRequests)
 	}
 	if c.server.MaxBodyBytes <= 0 || c.server.MaxBatchBytes <= 0 || c.server.MaxRecordHeaderBytes <= 0 {
 		return errors.New("--max-body, --max-batch-body and --max-record-header must be positive")

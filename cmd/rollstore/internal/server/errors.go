@@ -30,6 +30,7 @@ const (
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeRangeNotSatisfy  = "range_not_satisfiable"
 	codeTruncatedBody    = "truncated_body"
+	codeMalformedBody    = "malformed_body"
 	codeTimeout          = "timeout"
 	codeUnauthorized     = "unauthorized"
 	codeOverloaded       = "overloaded"
@@ -94,9 +95,12 @@ func (e *positionError) Unwrap() error { return e.err }
 
 // Sentinels of the upload path; see upload.go.
 var (
-	errUploadIdle = errors.New("upload stalled: no body bytes within the idle timeout")
-	errTruncated  = errors.New("request body ended before its declared length")
-	errBodyLimit  = errors.New("request body exceeds the limit")
+	errUploadIdle    = errors.New("upload stalled: no body bytes within the idle timeout")
+	errUploadSlow    = errors.New("upload too slow: below the minimum upload rate")
+	errTruncated     = errors.New("request body ended before its declared length")
+	errBodyLimit     = errors.New("request body exceeds the limit")
+	errMalformedBody = errors.New("malformed request body framing")
+	errClientGone    = errors.New("client went away during the upload")
 )
 
 // outcome is how an error is answered.
@@ -117,10 +121,14 @@ func classify(err error) outcome {
 	switch {
 	case errors.As(err, &ae):
 		return outcome{ae.status, ae.code, ae.status == http.StatusServiceUnavailable}
-	case errors.Is(err, errUploadIdle):
+	case errors.Is(err, errUploadIdle), errors.Is(err, errUploadSlow):
 		return outcome{http.StatusRequestTimeout, codeTimeout, false}
 	case errors.Is(err, errTruncated):
 		return outcome{http.StatusBadRequest, codeTruncatedBody, false}
+	case errors.Is(err, errMalformedBody):
+		return outcome{http.StatusBadRequest, codeMalformedBody, false}
+	case errors.Is(err, errClientGone):
+		return outcome{statusClientClosed, codeCanceled, false}
 	case errors.Is(err, errBodyLimit), errors.As(err, &mbe), errors.Is(err, engine.ErrTooLarge):
 		return outcome{http.StatusRequestEntityTooLarge, codePayloadTooLarge, false}
 	case errors.As(err, &re):

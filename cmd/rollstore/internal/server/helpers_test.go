@@ -62,6 +62,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *testEnv {
 	}
 	hs := hook.NewSet()
 	o.engine.Hooks = hs.Func()
+	o.server.Hooks = hs.Func()
 	o.engine.MaxPayload = o.server.MaxBodyBytes
 	db, err := engine.Open(o.store, o.engine)
 	if err != nil {

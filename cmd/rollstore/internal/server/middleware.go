@@ -38,6 +38,7 @@ func (s *Server) handle(pattern string, h handlerFunc, opts int) {
 		elapsed := time.Since(start)
 		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Observe(elapsed.Seconds())
 		s.logRequest(r, route, status, rec.bytes, elapsed, err, abort)
+		_ = s.cfg.Hooks.Call(r.Context(), "request:logged")
 		if abort {
 			panic(http.ErrAbortHandler)
 		}
@@ -45,7 +46,7 @@ func (s *Server) handle(pattern string, h handlerFunc, opts int) {
 }
 
 // admit runs h unless the request is refused: while draining, without a
-// valid token, or over the concurrency limit.
+// valid token, or over the concurrency limits.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, opts int) error {
 	if opts&internal == 0 && s.draining.Load() {
 		// Connection: close sends keep-alive clients to another instance.
@@ -57,6 +58,14 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, op
 	}
 	if opts&internal != 0 {
 		return h(w, r)
+	}
+	if opts&upload != 0 {
+		select {
+		case s.uploads <- struct{}{}:
+			defer func() { <-s.uploads }()
+		default:
+			return newError(http.StatusServiceUnavailable, codeOverloaded, "too many concurrent uploads (limit %d)", s.cfg.MaxConcurrentUploads)
+		}
 	}
 	select {
 	case s.sem <- struct{}{}:

@@ -13,6 +13,8 @@ const (
 	// internal routes (health, metrics) are neither refused while
 	// draining nor counted against MaxConcurrentRequests.
 	internal
+	// upload routes also count against MaxConcurrentUploads.
+	upload
 )
 
 func (s *Server) routes() {
@@ -25,8 +27,8 @@ func (s *Server) routes() {
 	s.handle("GET /v1/tables/{table}", s.tableStatus, 0)
 	s.handle("DELETE /v1/tables/{table}", s.dropTable, 0)
 
-	s.handle("PUT /v1/tables/{table}/rollouts/{id}", s.putRollout, 0)
-	s.handle("POST /v1/tables/{table}/rollouts", s.postBatch, 0)
+	s.handle("PUT /v1/tables/{table}/rollouts/{id}", s.putRollout, upload)
+	s.handle("POST /v1/tables/{table}/rollouts", s.postBatch, upload)
 	s.handle("GET /v1/tables/{table}/rollouts", s.listRollouts, 0)
 	s.handle("GET /v1/tables/{table}/rollouts/{id}", s.getRollout, 0)
 	s.handle("GET /v1/tables/{table}/rollouts/{id}/payload", s.getPayload, 0)

@@ -23,8 +23,9 @@ type Server struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	tokens  [][sha256.Size]byte
-	// sem holds one token per API request being served.
-	sem chan struct{}
+	// sem holds one token per API request being served, uploads one per
+	// upload among them.
+	sem, uploads chan struct{}
 
 	draining atomic.Bool
 	// warmed is set once every table's snapshot was loaded, which is what
@@ -40,12 +41,17 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A batch is committed as one segment: it holds at most as many rows.
+	if rows := db.Config().SegmentMaxRows; cfg.MaxBatchRows == 0 || cfg.MaxBatchRows > rows {
+		cfg.MaxBatchRows = rows
+	}
 	s := &Server{
-		db:  db,
-		cfg: cfg,
-		log: cfg.Logger,
-		mux: http.NewServeMux(),
-		sem: make(chan struct{}, cfg.MaxConcurrentRequests),
+		db:      db,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		mux:     http.NewServeMux(),
+		sem:     make(chan struct{}, cfg.MaxConcurrentRequests),
+		uploads: make(chan struct{}, cfg.MaxConcurrentUploads),
 	}
 	for _, t := range cfg.AuthTokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
