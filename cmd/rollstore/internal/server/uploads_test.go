@@ -201,7 +201,6 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-
 // await fails the test if ch is not closed within 30 s: a bound so that
 // a server bug fails instead of hanging, not how tests synchronise.
 func await(t *testing.T, ch <-chan struct{}, what string) {
