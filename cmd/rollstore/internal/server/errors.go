@@ -29,6 +29,7 @@ const (
 	codeHeaderTooLarge   = "header_too_large"
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeRangeNotSatisfy  = "range_not_satisfiable"
+	codePrecondFailed    = "precondition_failed"
 	codeTruncatedBody    = "truncated_body"
 	codeMalformedBody    = "malformed_body"
 	codeTimeout          = "timeout"
@@ -213,6 +214,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) o
 	}
 	h := w.Header()
 	for _, k := range []string{"Content-Range", "Content-Length", "ETag", "Last-Modified", "Accept-Ranges", "Content-Encoding"} {
+		if k == "ETag" && o.status == http.StatusPreconditionFailed {
+			continue // the validator the precondition was held against
+		}
 		h.Del(k)
 	}
 	if r.ContentLength != 0 {

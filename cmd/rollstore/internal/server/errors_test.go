@@ -92,7 +92,9 @@ func TestParseRange(t *testing.T) {
 		{"bytes=+1-2", rangeInvalid, 10, 0, 0, false},
 		{"bytes=1", rangeInvalid, 10, 0, 0, false},
 		{"bytes=a-b", rangeInvalid, 10, 0, 0, false},
-		{"bytes=99999999999999999999-", rangeInvalid, 10, 0, 0, false},
+		{"bytes=99999999999999999999-", rangeOne, 10, 0, 0, false},
+		{"bytes=3-99999999999999999999", rangeOne, 10, 3, 7, true},
+		{"bytes=-99999999999999999999", rangeOne, 10, 0, 10, true},
 	} {
 		br, kind := parseRange(c.h)
 		if kind != c.kind {

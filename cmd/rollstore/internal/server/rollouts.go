@@ -182,9 +182,11 @@ func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {
 // getPayload streams a payload, whole or one byte range of it.
 //
 // The record is looked up first only when the answer depends on it before
-// any byte is read (a suffix range needs the size, conditional requests
-// need the ETag, HEAD needs only headers); otherwise the payload is opened
-// directly and the record comes with it, saving a lookup.
+// any byte is read (a suffix range or a malformed one needs the size,
+// conditional requests need the validators, HEAD needs only headers);
+// otherwise the payload is opened directly and the record comes with it,
+// saving a lookup. Conditional requests are decided as net/http's
+// ServeContent decides them (see evaluate).
 func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	opts, err := readOptions(r)
 	if err != nil {
@@ -196,22 +198,26 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := r.PathValue("id")
 	br, kind := parseRange(r.Header.Get("Range"))
-	if kind == rangeInvalid {
-		return newError(http.StatusRequestedRangeNotSatisfiable, codeRangeNotSatisfy, "malformed Range %q", r.Header.Get("Range"))
-	}
-	inm, ifRange := r.Header.Get("If-None-Match"), r.Header.Get("If-Range")
 	var rec *engine.Record
-	if br.isSuffix || inm != "" || ifRange != "" || r.Method == http.MethodHead {
+	if br.isSuffix || kind == rangeInvalid || hasConditions(r.Header) || r.Method == http.MethodHead {
 		if rec, err = tb.Get(r.Context(), id, opts); err != nil {
 			return err
 		}
-		if inm != "" && matchETag(inm, etag(rec)) {
-			setPayloadHeaders(w.Header(), rec)
+		mod, _ := lastModified(rec)
+		switch evaluate(r.Header, etag(rec), mod) {
+		case condPreconditionFailed:
+			w.Header().Set("ETag", etag(rec))
+			return newError(http.StatusPreconditionFailed, codePrecondFailed, "a precondition (If-Match, If-Unmodified-Since) does not hold")
+		case condNotModified:
+			// Only the validator, as RFC 9110 §15.4.5 has it.
+			w.Header().Set("ETag", etag(rec))
 			w.WriteHeader(http.StatusNotModified)
 			return nil
-		}
-		if kind == rangeOne && ifRange != "" && !ifRangeHolds(ifRange, rec) {
+		case condIgnoreRange:
 			kind = rangeNone
+		}
+		if kind == rangeInvalid {
+			return &engine.RangeError{Size: rec.PayloadSize}
 		}
 	}
 
@@ -287,20 +293,19 @@ func setPayloadHeaders(h http.Header, rec *engine.Record) {
 	h.Set("Content-Type", ct)
 	h.Set("ETag", etag(rec))
 	h.Set("Accept-Ranges", "bytes")
-	if d, ok := httpDate(rec.CreatedAt); ok {
+	if _, d := lastModified(rec); d != "" {
 		h.Set("Last-Modified", d)
 	}
 	h.Set("X-Content-Type-Options", "nosniff")
 }
 
-// ifRangeHolds reports whether the Range may be honoured under If-Range:
-// an entity tag must match strongly; a date must not predate the record
-// (payloads never change after creation).
-func ifRangeHolds(v string, rec *engine.Record) bool {
-	v = strings.TrimSpace(v)
-	if strings.HasPrefix(v, `"`) {
-		return v == etag(rec)
+// lastModified is a payload's modification time, its record's creation,
+// at whole seconds and as an HTTP date; zero and "" when HTTP dates cannot
+// express it.
+func lastModified(rec *engine.Record) (time.Time, string) {
+	d, ok := httpDate(rec.CreatedAt)
+	if !ok {
+		return time.Time{}, ""
 	}
-	t, err := http.ParseTime(v)
-	return err == nil && !t.Before(rec.CreatedAt.Truncate(time.Second))
+	return rec.CreatedAt.UTC().Truncate(time.Second), d
 }
