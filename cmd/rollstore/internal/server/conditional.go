@@ -11,10 +11,10 @@ import (
 type condition int
 
 const (
-	condServe          condition = iota // serve, honouring Range
-	condIgnoreRange                     // serve whole: If-Range does not hold
-	condNotModified                     // 304
-	condPreconditionFailed              // 412
+	condServe              condition = iota // serve, honouring Range
+	condIgnoreRange                         // serve whole: If-Range does not hold
+	condNotModified                         // 304
+	condPreconditionFailed                  // 412
 )
 
 // evaluate decides a GET or HEAD of a payload with entity tag tag and
