@@ -20,6 +20,8 @@ const (
 	codeTableNotFound    = "table_not_found"
 	codeVersionNotFound  = "version_not_found"
 	codeRouteNotFound    = "route_not_found"
+	codeRedirect         = "redirect"
+	codeMalformedRequest = "malformed_request"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeTableExists      = "table_exists"
 	codeConflict         = "conflict"

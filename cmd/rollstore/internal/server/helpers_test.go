@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,8 +182,13 @@ func (e *testEnv) createTable(name string) {
 	}
 }
 
+// rolloutURL is the path of a rollout; ids made of dots travel as %2E.
 func rolloutURL(table, id string) string {
-	return "/v1/tables/" + table + "/rollouts/" + url.PathEscape(id)
+	seg := url.PathEscape(id)
+	if seg == "." || seg == ".." {
+		seg = strings.Repeat("%2E", len(seg))
+	}
+	return "/v1/tables/" + table + "/rollouts/" + seg
 }
 
 // put stores a payload with record fields given as JSON.

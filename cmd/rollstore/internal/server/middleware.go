@@ -26,7 +26,15 @@ func (s *Server) handle(pattern string, h handlerFunc, opts int) {
 	if _, path, ok := strings.Cut(pattern, " "); ok {
 		route = path
 	}
-	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.mux.Handle(pattern, s.wrap(route, h, opts))
+}
+
+// wrap is h with the common request handling, route its metrics label.
+func (s *Server) wrap(route string, h handlerFunc, opts int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(*parserErrorConn); ok {
+			c.handled.Store(true) // from now on, what this connection writes is ours
+		}
 		start := time.Now()
 		r = withRequestID(w, r)
 		rec := &recorder{ResponseWriter: w}
@@ -42,7 +50,7 @@ func (s *Server) handle(pattern string, h handlerFunc, opts int) {
 		if abort {
 			panic(http.ErrAbortHandler)
 		}
-	}))
+	})
 }
 
 // admit runs h unless the request is refused: while draining, without a

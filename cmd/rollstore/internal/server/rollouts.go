@@ -158,8 +158,15 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// rolloutPath is where a rollout is read. An id made only of dots is
+// escaped as %2E, or clients and the router would take it for a dot
+// segment and read another path.
 func rolloutPath(table, id string) string {
-	return "/v1/tables/" + table + "/rollouts/" + url.PathEscape(id)
+	seg := url.PathEscape(id)
+	if seg == "." || seg == ".." {
+		seg = strings.Repeat("%2E", len(seg))
+	}
+	return "/v1/tables/" + table + "/rollouts/" + seg
 }
 
 func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {

@@ -17,12 +17,14 @@ import (
 
 // Server serves one engine.DB over HTTP.
 type Server struct {
-	db      *engine.DB
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *metrics
-	tokens  [][sha256.Size]byte
+	db  *engine.DB
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// redirect answers paths that are not in canonical form.
+	redirect http.Handler
+	metrics  *metrics
+	tokens   [][sha256.Size]byte
 	// sem holds one token per API request being served, uploads one per
 	// upload among them.
 	sem, uploads chan struct{}
@@ -62,7 +64,7 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 }
 
 // Handler returns the HTTP handler of the API.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s }
 
 // StartDrain makes readiness fail and every later API request be refused
 // with 503 "draining", while requests already running finish. Serve calls
@@ -89,9 +91,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		// Room for the record header plus ordinary headers; a larger
 		// header block is refused by net/http with 431.
-		MaxHeaderBytes: s.cfg.MaxRecordHeaderBytes + 64<<10,
+		MaxHeaderBytes: s.maxHeaderBytes(),
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Requests net/http refuses before any handler runs (431, 400)
+		// are answered in JSON too; see parserErrorConn.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if pc, ok := c.(*parserErrorConn); ok && st == http.StateActive {
+				pc.handled.Store(false) // a new request is being read
+			}
+		},
 	}
+	ln = parserErrorListener{ln, s}
 	mergeCtx, stopMerger := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMerger()
 	var wg sync.WaitGroup
