@@ -58,7 +58,7 @@ func defaultStoreConfig() storeConfig {
 	return storeConfig{
 		store: "local",
 		data:  "./data",
-		azure: azure.Config{Auth: azure.AuthDefault},
+		azure: azure.Config{Auth: azure.AuthDefault, Retry: azure.RetryConfig{MaxElapsed: azure.DefaultMaxElapsed}},
 	}
 }
 
@@ -87,6 +87,7 @@ func (c *storeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.azure.AccountKey, "azure-account-key", c.azure.AccountKey, "Azure account key (auth shared-key; prefer the environment variable)")
 	fs.StringVar(&c.azure.Endpoint, "azure-endpoint", c.azure.Endpoint, "Azure blob endpoint `URL` (default https://<account>.blob.core.windows.net)")
 	fs.BoolVar(&c.azure.CreateContainer, "azure-create-container", c.azure.CreateContainer, "create the Azure container if it is missing")
+	fs.DurationVar(&c.azure.Retry.MaxElapsed, "azure-retry-budget", c.azure.Retry.MaxElapsed, "how long one Azure request may keep failing (retries, and connecting) before its error is answered: 503 with Retry-After for an unreachable store; negative: the SDK's retry count alone")
 }
 
 func (c *storeConfig) validate() error {
@@ -130,6 +131,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.engine.RetainVersions, "retain-versions", c.engine.RetainVersions, "newest base versions kept readable for pinned reads")
 	fs.DurationVar(&c.engine.RetainAge, "retain-age", c.engine.RetainAge, "base versions younger than this are kept readable too")
 
+	fs.DurationVar(&c.server.ReadyTimeout, "ready-timeout", c.server.ReadyTimeout, "/readyz answers within this (503 with the reason if the store or the tables do not answer in time); keep it below the readiness probe's timeout")
 	fs.StringVar(&c.authTokenFile, "auth-token-file", c.authTokenFile, "`file` of bearer tokens, one per line; when set every request except /healthz and /readyz needs one (including /metrics)")
 	fs.DurationVar(&c.server.DrainTimeout, "drain-timeout", c.server.DrainTimeout, "bound on the graceful drain after SIGTERM or SIGINT")
 	fs.DurationVar(&c.server.CloseTimeout, "close-timeout", c.server.CloseTimeout, "after the drain (even one that overran --drain-timeout), time to seal open generations and release the shard's lease")

@@ -60,6 +60,10 @@ type Config struct {
 	DrainDelay time.Duration
 	// RetryAfter is the Retry-After sent with every 503.
 	RetryAfter time.Duration
+	// ReadyTimeout bounds /readyz: it answers within this, 503 with the
+	// reason if the store or the tables did not answer in time. Keep it
+	// below the readiness probe's timeout.
+	ReadyTimeout time.Duration
 	// MaxBatchRows bounds the rows of one batch; default (and at most) the
 	// engine's SegmentMaxRows, since a batch is committed as one segment.
 	MaxBatchRows int
@@ -89,6 +93,7 @@ func DefaultConfig() Config {
 		DrainTimeout:          30 * time.Second,
 		CloseTimeout:          5 * time.Second,
 		RetryAfter:            time.Second,
+		ReadyTimeout:          2 * time.Second,
 	}
 }
 
@@ -133,6 +138,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = d.RetryAfter
 	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = d.ReadyTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -145,7 +153,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: MaxConcurrentUploads %d exceeds MaxConcurrentRequests %d", c.MaxConcurrentUploads, c.MaxConcurrentRequests)
 	case c.SweepEvery < 0:
 		return c, fmt.Errorf("server: SweepEvery must be positive")
-	case c.DrainTimeout < 0, c.DrainDelay < 0, c.CloseTimeout < 0, c.RetryAfter < 0:
+	case c.DrainTimeout < 0, c.DrainDelay < 0, c.CloseTimeout < 0, c.RetryAfter < 0, c.ReadyTimeout < 0:
 		return c, fmt.Errorf("server: drain and retry durations must not be negative")
 	}
 	for _, t := range c.AuthTokens {

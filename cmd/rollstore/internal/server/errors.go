@@ -49,6 +49,7 @@ const (
 	codeCorrupt          = "corrupt"
 	codeStoreAuth        = "store_auth"
 	codeStoreNotFound    = "store_not_found"
+	codeStoreDown        = "store_unavailable"
 	codeCanceled         = "canceled"
 	codeInternal         = "internal"
 )
@@ -154,6 +155,8 @@ func classify(err error) outcome {
 		return outcome{http.StatusServiceUnavailable, codeOverloaded, true}
 	case errors.Is(err, objstore.ErrThrottled):
 		return outcome{http.StatusServiceUnavailable, codeThrottled, true}
+	case errors.Is(err, objstore.ErrUnavailable):
+		return outcome{http.StatusServiceUnavailable, codeStoreDown, true}
 	case errors.Is(err, engine.ErrNoWriter):
 		return outcome{http.StatusServiceUnavailable, codeReadOnly, true}
 	case errors.Is(err, engine.ErrFenced):
@@ -176,7 +179,8 @@ func classify(err error) outcome {
 	case errors.Is(err, objstore.ErrContainerNotFound):
 		return outcome{http.StatusBadGateway, codeStoreNotFound, false}
 	case errors.Is(err, context.DeadlineExceeded):
-		return outcome{http.StatusGatewayTimeout, codeTimeout, false}
+		// A store call that timed out: as retryable as one that failed.
+		return outcome{http.StatusServiceUnavailable, codeTimeout, true}
 	case errors.Is(err, context.Canceled):
 		return outcome{statusClientClosed, codeCanceled, false}
 	default:
