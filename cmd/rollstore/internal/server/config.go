@@ -18,9 +18,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxRecordHeaderBytes bounds the Rollstore-Record header (431 above).
 	MaxRecordHeaderBytes int
-	// MaxBatchBytes bounds a batch body. Batches are decoded in memory
+	// MaxBatchBytes bounds a batch body, and the batch once decoded (an
+	// Arrow stream may be compressed). Batches are decoded in memory
 	// (all-or-nothing needs every item before the first is written), so
-	// this is also the memory one batch request may take.
+	// this bounds the memory one batch request takes, to a small multiple
+	// of it (see TestBatchMemoryIsBounded).
 	MaxBatchBytes int64
 	// UploadIdleTimeout: an upload whose body delivers no byte for this long
 	// is answered 408 and nothing of it is stored. Negative disables it,

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/rollstore/rollstore/engine"
@@ -112,5 +114,19 @@ func TestParseRange(t *testing.T) {
 		if ok != c.satisfy || (ok && (off != c.off || n != c.n)) {
 			t.Errorf("%q on %d bytes: %d+%d %v, want %d+%d %v", c.h, c.size, off, n, ok, c.off, c.n, c.satisfy)
 		}
+	}
+}
+
+// TestEncodingFailureIsExplained: an answer that cannot be encoded is a
+// 500 that carries the request id, and the request's log line its cause.
+func TestEncodingFailureIsExplained(t *testing.T) {
+	rw := httptest.NewRecorder()
+	rw.Header().Set("X-Request-Id", "req-1")
+	rec := &recorder{ResponseWriter: rw}
+	writeJSON(rec, http.StatusOK, map[string]any{"x": make(chan int)})
+	var b errorBody
+	if err := json.Unmarshal(rw.Body.Bytes(), &b); err != nil || rw.Code != http.StatusInternalServerError ||
+		b.Error.Code != codeInternal || b.Error.RequestID != "req-1" || rec.encodeErr == nil {
+		t.Fatalf("%d %s (cause %v)", rw.Code, rw.Body, rec.encodeErr)
 	}
 }
