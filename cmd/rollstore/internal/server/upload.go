@@ -18,18 +18,20 @@ import (
 // and a size limit. Before every Read it sets the connection's read
 // deadline to the earlier of two: UploadIdleTimeout from now (a client
 // that stalls is cut off), and the moment by which the client must have
-// sent the next byte to average UploadMinRate since the upload began, after
-// a head start of UploadIdleTimeout (a client that keeps trickling, which
-// the idle timeout alone would never cut off, is cut off too). It remembers
-// why the body failed, because the engine may report the failure in its
-// own words: the handler asks explain, not the error's chain.
+// sent the next byte to average UploadMinRate, after a head start of
+// UploadIdleTimeout (a client that keeps trickling, which the idle timeout
+// alone would never cut off, is cut off too). The rate counts only the time
+// spent waiting for the client, not the time the store takes to accept
+// what was read, so a slow store never makes a client look slow. It
+// remembers why the body failed, because the engine may report the failure
+// in its own words: the handler asks explain, not the error's chain.
 type uploadBody struct {
 	r       io.Reader
 	ctx     context.Context
 	rc      *http.ResponseController
 	idle    time.Duration
 	minRate int64 // bytes per second; 0: none
-	start   time.Time
+	waited  time.Duration
 	limit   int64
 	n       int64
 	hooks   hook.Func
@@ -43,8 +45,7 @@ type uploadBody struct {
 // newUploadBody wraps r.Body. limit < 0 means no limit of its own (the
 // engine's MaxPayload still applies).
 func (s *Server) newUploadBody(w http.ResponseWriter, r *http.Request, limit int64) *uploadBody {
-	b := &uploadBody{r: r.Body, ctx: r.Context(), idle: s.cfg.UploadIdleTimeout, limit: limit,
-		start: time.Now(), hooks: s.cfg.Hooks}
+	b := &uploadBody{r: r.Body, ctx: r.Context(), idle: s.cfg.UploadIdleTimeout, limit: limit, hooks: s.cfg.Hooks}
 	if b.idle > 0 {
 		b.rc = http.NewResponseController(w)
 		b.minRate = s.cfg.UploadMinRate
@@ -59,21 +60,23 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.limit >= 0 && int64(len(p)) > b.limit-b.n+1 {
 		p = p[:b.limit-b.n+1] // one byte past the limit proves it was exceeded
 	}
+	start := time.Now()
 	if b.rc != nil {
-		now := time.Now()
-		deadline := now.Add(b.idle)
+		wait := b.idle
 		b.slow = false
 		if b.minRate > 0 {
-			due := b.start.Add(b.idle + time.Duration(float64(b.n+1)/float64(b.minRate)*float64(time.Second)))
-			if due.Before(deadline) {
-				deadline, b.slow = due, true
+			// What the client may still keep us waiting, in all.
+			left := b.idle + time.Duration(float64(b.n+1)/float64(b.minRate)*float64(time.Second)) - b.waited
+			if left < wait {
+				wait, b.slow = left, true
 			}
 		}
 		// ErrNotSupported (a writer that cannot set deadlines) leaves the
 		// upload without these bounds; it is not a reason to refuse it.
-		_ = b.rc.SetReadDeadline(deadline)
+		_ = b.rc.SetReadDeadline(start.Add(wait))
 	}
 	n, err := b.r.Read(p)
+	b.waited += time.Since(start)
 	if b.n == 0 && n > 0 {
 		_ = b.hooks.Call(b.ctx, "upload:first-bytes")
 	}
@@ -98,7 +101,7 @@ func (b *uploadBody) why(err error) error {
 	var ne *net.OpError
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded) && b.slow:
-		return fmt.Errorf("%w: %d bytes in %v, below %d bytes/s", errUploadSlow, b.n, time.Since(b.start).Round(time.Millisecond), b.minRate)
+		return fmt.Errorf("%w: %d bytes in %v of waiting, below %d bytes/s", errUploadSlow, b.n, b.waited.Round(time.Millisecond), b.minRate)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("%w (%v, after %d bytes)", errUploadIdle, b.idle, b.n)
 	case errors.Is(err, io.ErrUnexpectedEOF):

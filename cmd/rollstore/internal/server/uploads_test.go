@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/internal/hook"
+	"github.com/rollstore/rollstore/objstore/faulty"
+	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 // trickle starts a PUT of a 1000-byte payload that sends one byte every
@@ -209,5 +211,26 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("waited 30s for %s", what)
+	}
+}
+
+// TestSlowStoreDoesNotMakeAClientSlow: the minimum rate counts the time
+// spent waiting for the client only. A client that sent its whole payload
+// at once is not cut off because the store took a while to accept it.
+func TestSlowStoreDoesNotMakeAClientSlow(t *testing.T) {
+	fb := faulty.New(memory.New())
+	t.Cleanup(fb.Reset)
+	e := newEnv(t, func(o *envOptions) {
+		o.store = fb
+		o.server.UploadIdleTimeout = 300 * time.Millisecond
+		o.server.UploadMinRate = 1 << 20
+	})
+	e.createTable("t")
+	fb.Latency(faulty.OpPut, faulty.KeyContains("/payloads/"), time.Second) // longer than the head start
+	payload := payloadOf("patient", 200<<10)                                // external: streamed to the store
+	want(t, e.put("t", "p", `{"rollout_id":"r"}`, payload), http.StatusCreated, "")
+	p := e.do("GET", rolloutURL("t", "p")+"/payload", nil)
+	if !bytes.Equal(p.body, payload) {
+		t.Fatalf("read back %d bytes", len(p.body))
 	}
 }
