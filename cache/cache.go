@@ -26,6 +26,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/rollstore/rollstore/internal/sched"
 )
 
 // errLoadAborted is what waiters receive if a load function never returns
@@ -59,10 +61,18 @@ func WithOnEvict[K comparable, V any](f func(key K, value V)) Option[K, V] {
 	return func(c *Cache[K, V]) { c.onEvict = f }
 }
 
+// WithRuntime makes loads run and be waited for on rt (the engine's
+// deterministic simulator needs every goroutine and wait to go through it).
+// The default is sched.Real.
+func WithRuntime[K comparable, V any](rt sched.Runtime) Option[K, V] {
+	return func(c *Cache[K, V]) { c.rt = rt }
+}
+
 // A Cache is a byte-bounded LRU cache. It is safe for concurrent use.
 type Cache[K comparable, V any] struct {
 	maxBytes int64
 	onEvict  func(K, V)
+	rt       sched.Runtime
 
 	mu    sync.Mutex
 	lru   *simplelru.LRU[K, entry[K, V]] // entry-unbounded; bytes bound it
@@ -80,7 +90,7 @@ type entry[K comparable, V any] struct {
 // A call is one load in flight. val and err are written once, before done
 // is closed, and only read after.
 type call[V any] struct {
-	done chan struct{}
+	done sched.Event
 	val  V
 	err  error
 }
@@ -98,6 +108,7 @@ func New[K comparable, V any](maxBytes int64, opts ...Option[K, V]) *Cache[K, V]
 		maxBytes: max(maxBytes, 0),
 		lru:      lru,
 		calls:    make(map[K]*call[V]),
+		rt:       sched.Real,
 	}
 	for _, opt := range opts {
 		opt(c)
@@ -230,26 +241,23 @@ func (c *Cache[K, V]) GetOrLoad(ctx context.Context, key K, load func(ctx contex
 			var zero V
 			return zero, err
 		}
-		cl = &call[V]{done: make(chan struct{})}
+		cl = &call[V]{done: c.rt.NewEvent()}
 		c.calls[key] = cl
 		c.stats.Loads++
-		go c.load(context.WithoutCancel(ctx), key, cl, load)
+		lctx := context.WithoutCancel(ctx)
+		c.rt.Go(func() { c.load(lctx, key, cl, load) })
 	}
 	c.mu.Unlock()
 
-	select {
-	case <-cl.done:
-		return cl.val, cl.err
-	case <-ctx.Done():
+	if _, err := c.rt.Wait(ctx, cl.done); err != nil {
 		// Prefer a result that is already there.
-		select {
-		case <-cl.done:
+		if cl.done.Fired() {
 			return cl.val, cl.err
-		default:
-			var zero V
-			return zero, ctx.Err()
 		}
+		var zero V
+		return zero, err
 	}
+	return cl.val, cl.err
 }
 
 // load runs f for cl and publishes its result.
@@ -276,7 +284,7 @@ func (c *Cache[K, V]) load(ctx context.Context, key K, cl *call[V], f func(conte
 		}
 		c.mu.Unlock()
 		cl.val, cl.err = val, err
-		close(cl.done)
+		cl.done.Fire()
 		c.release(gone)
 	}()
 	val, size, err = f(ctx)

@@ -5,44 +5,47 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
-func TestReadCapsRefuseFanOut(t *testing.T) {
+// A merge backlog slows writers, never readers: past the bound appends
+// are refused with ErrBackpressure (an ErrOverloaded, so 503 with
+// Retry-After), while every kind of read still answers.
+func TestBackpressureRefusesAppendsNotReads(t *testing.T) {
 	store := memory.New()
-	w := newEnv(t, store, testConfig("s0"))
+	cfg := testConfig("s0")
+	cfg.WriteMaxPendingGens = 2
+	w := newEnv(t, store, cfg)
 	w.put("base", 10)
 	w.merge()
 	for g := 0; g < 3; g++ {
 		walRow(t, w, fmt.Sprintf("wal-%d", g), 10)
 	}
-	cfg := testConfig("")
-	cfg.ReadMaxPendingPerShard = 2
-	r := newEnv(t, store, cfg)
 	ctx := context.Background()
-	if _, err := r.tb.Get(ctx, "wal-0", ReadOptions{}); !errors.Is(err, ErrOverloaded) {
-		t.Fatalf("per-shard cap: %v", err)
+	_, err := w.tb.Append(ctx, Record{ID: "next", RolloutID: "r"}, strings.NewReader("x"), 1)
+	if !errors.Is(err, ErrBackpressure) || !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("append past the backlog bound: %v", err)
 	}
-	if _, err := r.tb.Get(ctx, "absent", ReadOptions{}); !errors.Is(err, ErrOverloaded) {
-		t.Fatalf("absent past the cap must not claim absence: %v", err)
+	if got := w.db.Stats().AppendBackpressure.Load(); got != 1 {
+		t.Fatalf("back-pressure count %d", got)
 	}
-	if _, err := r.tb.Get(ctx, "base", ReadOptions{}); err != nil {
-		t.Fatalf("base hit refused: %v", err)
+	r := newEnv(t, store, testConfig(""))
+	for g := 0; g < 3; g++ {
+		r.mustRead(fmt.Sprintf("wal-%d", g), 10)
 	}
-	cfg.ReadMaxPendingPerShard, cfg.ReadMaxPendingTotal = 10, 2
-	r2 := newEnv(t, store, cfg)
-	if _, err := r2.tb.Get(ctx, "wal-1", ReadOptions{}); !errors.Is(err, ErrOverloaded) {
-		t.Fatalf("total cap: %v", err)
+	r.mustRead("base", 10)
+	if _, err := r.tb.Get(ctx, "absent", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("absent id under back-pressure: %v", err)
+	}
+	if st, err := w.tb.Status(ctx); err != nil || st.Backpressure == "" {
+		t.Fatalf("status does not report the back-pressure: %+v, %v", st, err)
 	}
 	w.merge()
-	if _, err := r.tb.Get(ctx, "wal-2", ReadOptions{}); err != nil {
-		t.Fatalf("after the merge: %v", err)
-	}
-	if got := r.db.Stats().ReadOverloaded.Load(); got != 2 {
-		t.Fatalf("overloaded count %d", got)
-	}
+	w.put("next", 1)
+	w.mustRead("next", 1)
 }
 
 func TestPayloadBudget(t *testing.T) {
@@ -117,7 +120,7 @@ func TestResidentSnapshotsBounded(t *testing.T) {
 	if got := db.resident.Len(); got != 3 {
 		t.Fatalf("%d resident, want 3", got)
 	}
-	db.resident.Add(&Table{}, &snapshot{}, 1<<20) // something bigger arrives
+	db.resident.Add(&Table{}, &snapshot{}, cfg.CacheBytes/2) // something bigger arrives
 	for _, tb := range tables {
 		if tb.snap.Load() != nil {
 			t.Fatalf("%s kept its snapshot past the bound", tb.Name())

@@ -1,32 +1,13 @@
-// Package engine implements rollstore's tables on an object store: the write
-// path into per-shard WAL generations, the merge that folds sealed
-// generations into immutable numbered base versions, reclamation of merged
-// generations, retention, and the read path that stays correct while all of
-// that runs concurrently.
-//
-// The invariants it keeps (see DESIGN.md):
-//   - A write is acknowledged only once its segment is durable.
-//   - Base versions are committed by create-if-absent of the next manifest.
-//   - A merge commits base v+1 before it reclaims the generations it merged,
-//     so a row is always in the base or in a live generation.
-//   - Readers never lock: the resident snapshot is an immutable value swapped
-//     atomically, refreshed under deduplication, and a read that loses a
-//     WAL file to reclamation retries against a refreshed snapshot a bounded
-//     number of times.
-//
-// Large payloads are stored as their own objects. A merge re-references them
-// from the base instead of copying them, so reclaiming a generation deletes
-// its segments and seal record but never its payload objects; those are
-// deleted only by the payload sweep, once no retained base version and no
-// live generation references them.
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +16,7 @@ import (
 	"github.com/rollstore/rollstore/engine/layout"
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/internal/hook"
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -52,16 +34,29 @@ var (
 	// ErrMissingFile: a file the read needed stayed missing after the
 	// bounded retries; never reported as ErrNotFound.
 	ErrMissingFile = errors.New("file missing after bounded retries")
-	// ErrOverloaded: a cap was hit (read fan-out, in-flight bytes); retry later.
+	// ErrOverloaded: a cap was hit (in-flight bytes, back-pressure); retry later.
 	ErrOverloaded = errors.New("overloaded, retry later")
-	// ErrFenced: this writer lost ownership of its shard and stopped.
+	// ErrBackpressure: appends are refused while too many generations wait
+	// for a merge; reads are never refused for it.
+	ErrBackpressure = fmt.Errorf("merge backlog: %w", ErrOverloaded)
+	// ErrFenced: this writer lost its shard (another writer moved the
+	// shard's head) and stopped; what it had not acknowledged was not
+	// written.
 	ErrFenced = errors.New("writer fenced: shard owned elsewhere")
-	// ErrClosed: the table or database is closed or being dropped.
+	// ErrOutcomeUnknown: a write may or may not have become durable (a
+	// lost response, a store failure mid-commit); an identical retry is
+	// answered from what landed.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrClosed: the database is closed.
 	ErrClosed      = errors.New("closed")
 	ErrNoWriter    = errors.New("this process owns no writer shard")
 	ErrTooLarge    = errors.New("payload too large")
 	ErrInvalid     = rowfile.ErrInvalidRecord
 	ErrInvalidName = layout.ErrInvalidName
+	// ErrShardOwned: another live process holds the shard's lease.
+	ErrShardOwned = errors.New("shard is owned by another writer")
+	// ErrMergerBusy: another merger holds the table's merger lease.
+	ErrMergerBusy = errors.New("another merger is running")
 )
 
 // Config tunes a DB. Zero fields take the defaults of DefaultConfig.
@@ -78,7 +73,8 @@ type Config struct {
 	// GroupCommitWindow is how long the committer waits to gather
 	// concurrent appends into one segment.
 	GroupCommitWindow time.Duration
-	// SegmentMaxBytes and SegmentMaxRows cut a group commit.
+	// SegmentMaxBytes and SegmentMaxRows cut a group commit; SegmentMaxRows
+	// is also the most rows one batch append may carry.
 	SegmentMaxBytes int64
 	SegmentMaxRows  int
 	// A generation is sealed when it reaches GenMaxBytes, GenMaxSegments or
@@ -86,6 +82,9 @@ type Config struct {
 	GenMaxBytes    int64
 	GenMaxSegments int
 	GenMaxAge      time.Duration
+	// IdleAfter: a writer with no appends for this long leaves the
+	// registry's active set, so readers stop probing its shard.
+	IdleAfter time.Duration
 
 	// MergeMaxBytes bounds the WAL bytes one merge pass takes (a single
 	// larger generation is still merged whole).
@@ -96,7 +95,7 @@ type Config struct {
 	// version younger than RetainAge are kept readable.
 	RetainVersions int
 	RetainAge      time.Duration
-	// OrphanGrace: uncommitted objects older than this are swept.
+	// OrphanGrace: unreferenced objects older than this are swept.
 	OrphanGrace time.Duration
 	// Compaction: when a base has more than CompactMaxFiles data files, the
 	// smallest are rewritten into the next merge's output, whose files are
@@ -104,51 +103,65 @@ type Config struct {
 	CompactMaxFiles int
 	TargetFileBytes int64
 
-	// Read caps: a WAL lookup consults at most this many pending
-	// generations per shard and in total, else ErrOverloaded.
-	ReadMaxPendingPerShard int
-	ReadMaxPendingTotal    int
+	// Back-pressure: an append is refused with ErrBackpressure while its
+	// shard has more than WriteMaxPendingGens generations waiting for a
+	// merge, or the table more than WriteMaxPendingTotal.
+	WriteMaxPendingGens  int
+	WriteMaxPendingTotal int
 	// MaxPayloadInFlight bounds the payload bytes being read at once.
 	MaxPayloadInFlight int64
-	// CacheBytes bounds the cache of immutable indexes and batches.
+	// CacheBytes bounds the caches of immutable indexes and batches, and
+	// the resident snapshots.
 	CacheBytes int64
-	// MaxManifestBytes and MaxSegmentBytes bound metadata reads.
+	// PayloadCacheBytes bounds the cache of hot payloads (0 disables it);
+	// payloads larger than PayloadCacheMaxItem are never cached.
+	PayloadCacheBytes   int64
+	PayloadCacheMaxItem int64
+	// MaxManifestBytes bounds metadata reads (manifests, seal records).
 	MaxManifestBytes int64
 	// LeaseDuration is the shard and merger lease period (15–60 s) on stores
 	// with leases; negative disables leases.
 	LeaseDuration time.Duration
+	// BaseProbeInterval: a refresh checks for a newer base version at
+	// least this often even when the registry names none.
+	BaseProbeInterval time.Duration
 
 	// Hooks are called at named points (tests pause or fail there).
 	Hooks hook.Func
-	// Now is the clock; tests may replace it.
-	Now    func() time.Time
-	Logger *slog.Logger
+	// Runtime supplies goroutines, waits and the clock (sched.Real when
+	// nil; the simulator supplies its own).
+	Runtime sched.Runtime
+	Logger  *slog.Logger
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		InlineMax:              1 << 20,
-		MaxPayload:             1 << 30,
-		GroupCommitWindow:      2 * time.Millisecond,
-		SegmentMaxBytes:        16 << 20,
-		SegmentMaxRows:         4096,
-		GenMaxBytes:            64 << 20,
-		GenMaxSegments:         256,
-		GenMaxAge:              30 * time.Second,
-		MergeMaxBytes:          256 << 20,
-		ReclaimGrace:           5 * time.Second,
-		RetainVersions:         8,
-		RetainAge:              10 * time.Minute,
-		OrphanGrace:            time.Hour,
-		CompactMaxFiles:        16,
-		TargetFileBytes:        128 << 20,
-		ReadMaxPendingPerShard: 64,
-		ReadMaxPendingTotal:    256,
-		MaxPayloadInFlight:     512 << 20,
-		CacheBytes:             256 << 20,
-		MaxManifestBytes:       64 << 20,
-		LeaseDuration:          30 * time.Second,
+		InlineMax:            1 << 20,
+		MaxPayload:           1 << 30,
+		GroupCommitWindow:    2 * time.Millisecond,
+		SegmentMaxBytes:      16 << 20,
+		SegmentMaxRows:       4096,
+		GenMaxBytes:          64 << 20,
+		GenMaxSegments:       256,
+		GenMaxAge:            30 * time.Second,
+		IdleAfter:            10 * time.Second,
+		MergeMaxBytes:        256 << 20,
+		ReclaimGrace:         5 * time.Second,
+		RetainVersions:       8,
+		RetainAge:            10 * time.Minute,
+		OrphanGrace:          time.Hour,
+		CompactMaxFiles:      16,
+		TargetFileBytes:      128 << 20,
+		WriteMaxPendingGens:  32,
+		WriteMaxPendingTotal: 256,
+		MaxPayloadInFlight:   512 << 20,
+		CacheBytes:           256 << 20,
+		PayloadCacheBytes:    64 << 20,
+		PayloadCacheMaxItem:  1 << 20,
+		MaxManifestBytes:     64 << 20,
+		LeaseDuration:        30 * time.Second,
+		BaseProbeInterval:    2 * time.Second,
 	}
 }
 
@@ -162,16 +175,19 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.GenMaxBytes, d.GenMaxBytes)
 	setDefault(&c.GenMaxSegments, d.GenMaxSegments)
 	setDefault(&c.GenMaxAge, d.GenMaxAge)
+	setDefault(&c.IdleAfter, d.IdleAfter)
 	setDefault(&c.MergeMaxBytes, d.MergeMaxBytes)
 	setDefault(&c.RetainVersions, d.RetainVersions)
 	setDefault(&c.CompactMaxFiles, d.CompactMaxFiles)
 	setDefault(&c.TargetFileBytes, d.TargetFileBytes)
-	setDefault(&c.ReadMaxPendingPerShard, d.ReadMaxPendingPerShard)
-	setDefault(&c.ReadMaxPendingTotal, d.ReadMaxPendingTotal)
+	setDefault(&c.WriteMaxPendingGens, d.WriteMaxPendingGens)
+	setDefault(&c.WriteMaxPendingTotal, d.WriteMaxPendingTotal)
 	setDefault(&c.MaxPayloadInFlight, d.MaxPayloadInFlight)
 	setDefault(&c.MaxManifestBytes, d.MaxManifestBytes)
+	setDefault(&c.BaseProbeInterval, d.BaseProbeInterval)
+	setDefault(&c.PayloadCacheMaxItem, d.PayloadCacheMaxItem)
 	// Zero is meaningful for the grace periods, the retention age and the
-	// cache size (tests run with zero grace); negative means "default".
+	// cache sizes (tests run with zero grace); negative means "default".
 	if c.ReclaimGrace < 0 {
 		c.ReclaimGrace = d.ReclaimGrace
 	}
@@ -187,8 +203,11 @@ func (c Config) withDefaults() Config {
 	if c.CacheBytes < 0 {
 		c.CacheBytes = d.CacheBytes
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.PayloadCacheBytes < 0 {
+		c.PayloadCacheBytes = d.PayloadCacheBytes
+	}
+	if c.Runtime == nil {
+		c.Runtime = sched.Real
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -206,16 +225,20 @@ func setDefault[T int | int64 | time.Duration](v *T, d T) {
 type DB struct {
 	store objstore.Bucket
 	cfg   Config
+	rt    sched.Runtime
 	stats *Stats
 
-	// Immutable things only: layouts of data files, seals and segments
-	// (keyed by object key), and decoded batches (key#batch).
+	// Immutable things only, keyed by object key (keys name their table's
+	// incarnation, so nothing cached outlives a drop): layouts of data
+	// files and segments, seal records, decoded batches.
 	layouts *cache.Cache[string, *rowfile.Layout]
 	seals   *cache.Cache[string, *sealRecord]
 	batches *cache.Cache[string, []rowfile.Record]
-	// resident bounds the tables whose snapshot stays resident: evicting a
-	// table drops its snapshot (the next read reloads it). Reads never touch
-	// this cache; installing a snapshot marks the table used.
+	// payloads holds whole hot payloads by checksum and size.
+	payloads *cache.Cache[payloadKey, []byte]
+	// resident bounds the tables whose snapshot stays resident, charged
+	// what each snapshot holds: evicting one drops it (the next read
+	// rebuilds it). Reads never touch this cache.
 	resident *cache.Cache[*Table, *snapshot]
 
 	budget *budget
@@ -223,6 +246,11 @@ type DB struct {
 	mu     sync.Mutex
 	tables map[string]*Table
 	closed bool
+}
+
+type payloadKey struct {
+	sum  [32]byte
+	size int64
 }
 
 // Open returns a DB over store.
@@ -238,20 +266,25 @@ func Open(store objstore.Bucket, cfg Config) (*DB, error) {
 			return nil, err
 		}
 	}
-	return &DB{
-		store:   store,
-		cfg:     cfg,
-		stats:   &Stats{},
-		layouts: cache.New[string, *rowfile.Layout](cfg.CacheBytes / 2),
-		seals:   cache.New[string, *sealRecord](cfg.CacheBytes / 4),
-		batches: cache.New[string, []rowfile.Record](cfg.CacheBytes / 4),
-		resident: cache.New[*Table, *snapshot](max(cfg.CacheBytes/16, 1<<20),
-			// Only the evicted snapshot is dropped: a newer one installed
-			// meanwhile (which replaced this entry) stays.
-			cache.WithOnEvict(func(t *Table, s *snapshot) { t.snap.CompareAndSwap(s, nil) })),
-		budget: newBudget(cfg.MaxPayloadInFlight),
-		tables: map[string]*Table{},
-	}, nil
+	rt := cfg.Runtime
+	db := &DB{
+		store:    store,
+		cfg:      cfg,
+		rt:       rt,
+		stats:    &Stats{},
+		layouts:  cache.New(cfg.CacheBytes/4, cache.WithRuntime[string, *rowfile.Layout](rt)),
+		seals:    cache.New(cfg.CacheBytes/8, cache.WithRuntime[string, *sealRecord](rt)),
+		batches:  cache.New(cfg.CacheBytes/8, cache.WithRuntime[string, []rowfile.Record](rt)),
+		payloads: cache.New(cfg.PayloadCacheBytes, cache.WithRuntime[payloadKey, []byte](rt)),
+		budget:   newBudget(cfg.MaxPayloadInFlight),
+		tables:   map[string]*Table{},
+	}
+	db.resident = cache.New(max(cfg.CacheBytes/2, 1<<20),
+		cache.WithRuntime[*Table, *snapshot](rt),
+		// Only the evicted snapshot is dropped: a newer one installed
+		// meanwhile (which replaced this entry) stays.
+		cache.WithOnEvict(func(t *Table, s *snapshot) { t.snap.CompareAndSwap(s, nil) }))
+	return db, nil
 }
 
 // Config returns the effective configuration.
@@ -260,51 +293,132 @@ func (db *DB) Config() Config { return db.cfg }
 // Stats returns the engine's counters.
 func (db *DB) Stats() *Stats { return db.stats }
 
-// CacheStats reports the layout and batch caches.
-func (db *DB) CacheStats() (layouts, batches cache.Stats) {
-	return db.layouts.Stats(), db.batches.Stats()
+// CacheStats reports the layout, batch and payload caches.
+func (db *DB) CacheStats() (layouts, batches, payloads cache.Stats) {
+	return db.layouts.Stats(), db.batches.Stats(), db.payloads.Stats()
 }
 
 // InFlightPayloadBytes reports the payload bytes reserved by open reads.
 func (db *DB) InFlightPayloadBytes() int64 { return db.budget.used() }
 
-// Close seals every open generation this process writes and stops writers.
+// point is a named step: tests pause or fail there, and the simulator may
+// schedule other work there.
+func (db *DB) point(ctx context.Context, name string) error {
+	db.rt.Point(name)
+	return db.cfg.Hooks.Call(ctx, name)
+}
+
+// randomName returns 32 hex characters from the runtime's randomness.
+func (db *DB) randomName() string {
+	return fmt.Sprintf("%016x%016x", db.rt.Rand(), db.rt.Rand())
+}
+
+// Close seals every open generation this process writes and stops its
+// writers and lease holders. It returns once they have stopped or ctx is
+// done.
 func (db *DB) Close(ctx context.Context) error {
 	db.mu.Lock()
 	db.closed = true
 	tables := make([]*Table, 0, len(db.tables))
-	for _, t := range db.tables {
-		tables = append(tables, t)
+	for _, name := range sortedKeys(db.tables) {
+		tables = append(tables, db.tables[name])
 	}
 	db.mu.Unlock()
 	var errs []error
 	for _, t := range tables {
-		errs = append(errs, t.close(ctx))
+		errs = append(errs, t.closeWriter(ctx))
 	}
 	return errors.Join(errs...)
 }
 
-type descriptor struct {
-	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"created_at"`
-	Schema    int       `json:"schema"`
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
-const schemaVersion = 1
+// descriptor is a table's one mutable object at the name level: it names
+// the current incarnation.
+type descriptor struct {
+	Name        string    `json:"name"`
+	Incarnation string    `json:"incarnation"`
+	CreatedAt   time.Time `json:"created_at"`
+	Schema      int       `json:"schema"`
+}
 
-// CreateTable creates an empty table.
+const schemaVersion = 2
+
+func (db *DB) readDescriptor(ctx context.Context, lay layout.Table) (descriptor, objstore.Attrs, error) {
+	data, attrs, err := objstore.ReadAll(ctx, db.store, lay.Descriptor(), 64<<10)
+	if err != nil {
+		return descriptor{}, objstore.Attrs{}, err
+	}
+	var d descriptor
+	if err := json.Unmarshal(data, &d); err != nil {
+		return descriptor{}, objstore.Attrs{}, fmt.Errorf("descriptor of %s: %w", lay.Name(), err)
+	}
+	if err := layout.ValidateIncarnation(d.Incarnation); err != nil || d.Name != lay.Name() {
+		return descriptor{}, objstore.Attrs{}, fmt.Errorf("descriptor of %s names %q/%q", lay.Name(), d.Name, d.Incarnation)
+	}
+	if d.Schema > schemaVersion {
+		return descriptor{}, objstore.Attrs{}, fmt.Errorf("table %s has schema %d; this rollstore knows up to %d", lay.Name(), d.Schema, schemaVersion)
+	}
+	return d, attrs, nil
+}
+
+// CreateTable creates an empty table: a new incarnation, its registry,
+// then the descriptor that names it (the commit point). A descriptor whose
+// incarnation was dropped without the drop finishing is replaced.
 func (db *DB) CreateTable(ctx context.Context, name string) error {
 	lay, err := layout.ForTable(name)
 	if err != nil {
 		return err
 	}
-	body, _ := json.Marshal(descriptor{Name: name, CreatedAt: db.cfg.Now().UTC(), Schema: schemaVersion})
-	_, err = db.store.Put(ctx, lay.Descriptor(), strings.NewReader(string(body)),
-		objstore.PutOptions{IfNotExists: true, Size: int64(len(body))})
-	if errors.Is(err, objstore.ErrPrecondition) {
-		return fmt.Errorf("%w: %s", ErrTableExists, name)
+	now := db.rt.Now().UTC()
+	inc, err := lay.Incarnation(layout.NewIncarnationName(now, db.rt.Rand()))
+	if err != nil {
+		return err
 	}
-	return err
+	if err := createRegistry(ctx, db, inc); err != nil {
+		return err
+	}
+	body, _ := json.Marshal(descriptor{Name: name, Incarnation: inc.Name(), CreatedAt: now, Schema: schemaVersion})
+	put := func(opts objstore.PutOptions) error {
+		opts.Size, opts.ContentType = int64(len(body)), "application/json"
+		_, err := db.store.Put(ctx, lay.Descriptor(), bytes.NewReader(body), opts)
+		return err
+	}
+	err = put(objstore.PutOptions{IfNotExists: true})
+	if errors.Is(err, objstore.ErrPrecondition) {
+		old, attrs, rerr := db.readDescriptor(ctx, lay)
+		if rerr == nil && db.incarnationDropped(ctx, lay, old.Incarnation) {
+			err = put(objstore.PutOptions{IfMatch: attrs.ETag})
+		}
+		if errors.Is(err, objstore.ErrPrecondition) {
+			err = fmt.Errorf("%w: %s", ErrTableExists, name)
+		}
+	}
+	if err != nil {
+		// The new incarnation's registry is an orphan now (CollectDropped
+		// would remove it later).
+		_ = db.store.Delete(context.WithoutCancel(ctx), inc.Registry())
+		return err
+	}
+	return nil
+}
+
+// incarnationDropped reports whether a drop tombstoned the incarnation's
+// registry (a drop that stopped before removing the descriptor).
+func (db *DB) incarnationDropped(ctx context.Context, lay layout.Table, inc string) bool {
+	l, err := lay.Incarnation(inc)
+	if err != nil {
+		return false
+	}
+	reg, _, err := readRegistry(ctx, db, l)
+	return err == nil && reg.Dropped
 }
 
 // ListTables lists table names in order.
@@ -330,7 +444,8 @@ func (db *DB) ListTables(ctx context.Context) ([]string, error) {
 }
 
 // Table opens a table. The handle is shared by the process and stays valid
-// until the table is dropped or the DB closed.
+// until the table is dropped (here or by another process, which the
+// handle notices at its next refresh or write) or the DB is closed.
 func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	lay, err := layout.ForTable(name)
 	if err != nil {
@@ -343,55 +458,170 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	}
 	t := db.tables[name]
 	db.mu.Unlock()
-	if t != nil && !t.dropped.Load() {
+	if t != nil && t.retiredErr() == nil {
 		return t, nil
 	}
-	desc, err := db.store.Head(ctx, lay.Descriptor())
+	desc, attrs, err := db.readDescriptor(ctx, lay)
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
 		}
 		return nil, err
 	}
+	inc, err := lay.Incarnation(desc.Incarnation)
+	if err != nil {
+		return nil, err
+	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	if t := db.tables[name]; t != nil && !t.dropped.Load() {
-		return t, nil
+	if db.closed {
+		return nil, ErrClosed
 	}
-	t = newTable(db, lay, desc.ETag)
+	if t := db.tables[name]; t != nil && t.retiredErr() == nil {
+		if t.lay.Name() == inc.Name() {
+			return t, nil
+		}
+		// Dropped and created again elsewhere: this handle is for the
+		// old incarnation.
+		t.retire(fmt.Errorf("%w: %s was dropped", ErrTableNotFound, name))
+	}
+	t = newTable(db, inc, attrs.ETag)
 	db.tables[name] = t
 	return t, nil
 }
 
-// DropTable refuses further writes to the table at once, then deletes the
-// descriptor (so no process opens it again) and every object of the table.
+// forget removes t from the open tables if it is still the one there.
+func (db *DB) forget(t *Table) {
+	db.mu.Lock()
+	if db.tables[t.Name()] == t {
+		delete(db.tables, t.Name())
+	}
+	db.mu.Unlock()
+	db.resident.Remove(t)
+}
+
+// DropTable drops a table, even while writes to it are running:
+//
+//  1. Local writers and merges of the table stop at once; appends not yet
+//     acknowledged are refused.
+//  2. The registry is replaced by a tombstone, and so is every shard's
+//     head: any writer of the incarnation, in any process, fails its next
+//     compare-and-swap on the head and acknowledges nothing more (a write
+//     whose head swap landed before this step happened before the drop).
+//  3. The descriptor is deleted: the name is free, and a new table of that
+//     name is a new incarnation sharing no key with this one.
+//  4. The incarnation's objects are deleted. What cannot be deleted yet (a
+//     lease another process holds, a late write of a stopped process) is
+//     left under the dead incarnation for CollectDropped.
 func (db *DB) DropTable(ctx context.Context, name string) error {
 	t, err := db.Table(ctx, name)
 	if err != nil {
 		return err
 	}
-	t.dropped.Store(true)
-	_ = t.close(ctx)
-	db.mu.Lock()
-	if db.tables[name] == t {
-		delete(db.tables, name)
+	t.retire(fmt.Errorf("%w: %s was dropped", ErrTableNotFound, name))
+	_ = t.closeWriter(ctx)
+	db.forget(t)
+	if err := tombstone(ctx, db, t.lay); err != nil {
+		return fmt.Errorf("dropping %s: %w", name, err)
 	}
-	db.mu.Unlock()
-	if err := db.store.Delete(ctx, t.lay.Descriptor()); err != nil {
+	if err := db.point(ctx, "drop:fenced"); err != nil {
 		return err
 	}
-	var keys []string
-	err = db.store.List(ctx, t.lay.Root(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		keys = append(keys, e.Key)
-		if len(keys) >= 1000 {
-			err := db.store.DeleteMany(ctx, keys)
-			keys = keys[:0]
+	// Only the descriptor naming this incarnation is deleted: a table
+	// created again meanwhile (its descriptor names another) stays.
+	if desc, _, err := db.readDescriptor(ctx, t.tableLay); err == nil && desc.Incarnation == t.lay.Name() {
+		if err := db.store.Delete(ctx, t.tableLay.Descriptor()); err != nil {
 			return err
+		}
+	} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return err
+	}
+	_, err = deleteIncarnation(ctx, db, t.lay, 0, true)
+	return err
+}
+
+// deleteIncarnation deletes the objects of a dead incarnation older than
+// grace (all when grace is 0), keeping the registry and head tombstones
+// when keepTombstones is set. Leased objects are skipped.
+func deleteIncarnation(ctx context.Context, db *DB, inc layout.Inc, grace time.Duration, keepTombstones bool) (int, error) {
+	cutoff := db.rt.Now().Add(-grace)
+	var keys []string
+	err := db.store.List(ctx, inc.Root(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		if grace > 0 && e.LastModified.After(cutoff) {
+			return nil
+		}
+		if keepTombstones {
+			if k, ok := inc.ParseWAL(e.Key); ok && (k.Registry || k.IsHead) {
+				return nil
+			}
+		}
+		keys = append(keys, e.Key)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for start := 0; start < len(keys); start += 256 {
+		chunk := keys[start:min(start+256, len(keys))]
+		if err := db.store.DeleteMany(ctx, chunk); err != nil {
+			// A held lease blob fails the batch on some backends: delete
+			// one by one and leave the leased ones.
+			for _, k := range chunk {
+				if err := db.store.Delete(ctx, k); err != nil && !errors.Is(err, objstore.ErrLeased) {
+					return n, err
+				}
+				n++
+			}
+			continue
+		}
+		n += len(chunk)
+	}
+	return n, nil
+}
+
+// CollectDropped deletes what drops left behind: objects of incarnations
+// no descriptor names, older than grace (a late write of a stopped process
+// cannot land that long after its drop).
+func (db *DB) CollectDropped(ctx context.Context, grace time.Duration) (int, error) {
+	var roots []string
+	err := db.store.List(ctx, "", objstore.ListOptions{Delimited: true}, func(e objstore.Entry) error {
+		if name := strings.TrimSuffix(e.Key, "/"); e.IsPrefix && layout.ValidateTable(name) == nil {
+			roots = append(roots, name)
 		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return db.store.DeleteMany(ctx, keys)
+	total := 0
+	for _, name := range roots {
+		lay, _ := layout.ForTable(name)
+		current := ""
+		if d, _, err := db.readDescriptor(ctx, lay); err == nil {
+			current = d.Incarnation
+		} else if !errors.Is(err, objstore.ErrNotFound) {
+			return total, err
+		}
+		var incs []string
+		err := db.store.List(ctx, lay.Root(), objstore.ListOptions{Delimited: true}, func(e objstore.Entry) error {
+			inc := strings.TrimSuffix(strings.TrimPrefix(e.Key, lay.Root()), "/")
+			if e.IsPrefix && layout.ValidateIncarnation(inc) == nil && inc != current {
+				incs = append(incs, inc)
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		for _, name := range incs {
+			inc, _ := lay.Incarnation(name)
+			n, err := deleteIncarnation(ctx, db, inc, grace, false)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
 }

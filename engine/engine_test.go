@@ -119,9 +119,14 @@ func (e *env) merge() MergeResult {
 	return res
 }
 
+// walKeys lists the WAL's segments and seal records (not the registry or
+// the shards' heads, which live as long as the table).
 func (e *env) walKeys() []string {
 	var keys []string
 	_ = e.store.List(context.Background(), e.tb.lay.WALPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
+		if k, ok := e.tb.lay.ParseWAL(en.Key); ok && (k.Registry || k.IsHead) {
+			return nil
+		}
 		keys = append(keys, en.Key)
 		return nil
 	})
@@ -265,7 +270,7 @@ func TestPayloadSizeMismatchAndLimit(t *testing.T) {
 	}
 	// Nothing of the refused appends is left behind.
 	var keys []string
-	_ = e.store.List(ctx, "t/payloads/", objstore.ListOptions{}, func(en objstore.Entry) error {
+	_ = e.store.List(ctx, e.tb.lay.PayloadsPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
 		keys = append(keys, en.Key)
 		return nil
 	})
@@ -343,9 +348,21 @@ func TestDropSeenByOtherProcess(t *testing.T) {
 	if _, err := b.tb.Get(ctx, "x", ReadOptions{}); !errors.Is(err, ErrTableNotFound) {
 		t.Fatalf("other process reading a dropped table: %v", err)
 	}
-	var left []string
-	_ = store.List(ctx, "t/", objstore.ListOptions{}, func(e objstore.Entry) error { left = append(left, e.Key); return nil })
-	if len(left) != 0 {
-		t.Fatalf("objects left after drop: %v", left)
+	// The drop leaves only its tombstones (the registry and the head of
+	// each shard, which fence writers of the dropped incarnation
+	// elsewhere); collecting dropped incarnations removes them.
+	left := func() []string {
+		var keys []string
+		_ = store.List(ctx, "t/", objstore.ListOptions{}, func(e objstore.Entry) error { keys = append(keys, e.Key); return nil })
+		return keys
+	}
+	if keys := left(); len(keys) != 2 || !strings.HasSuffix(keys[0], "/wal/_registry.json") || !strings.HasSuffix(keys[1], "/wal/s0/_head.json") {
+		t.Fatalf("objects left after drop: %v", keys)
+	}
+	if n, err := a.db.CollectDropped(ctx, 0); err != nil || n != 2 {
+		t.Fatalf("CollectDropped = %d, %v", n, err)
+	}
+	if keys := left(); len(keys) != 0 {
+		t.Fatalf("objects left after collecting: %v", keys)
 	}
 }

@@ -7,51 +7,40 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
 
 // Ownership. A writer owns its shard, and the merger its table, through a
-// blob lease (objstore.Leaser); stores without leases (a local folder used
-// by one process) rely on create-if-absent alone.
-//
-// A writer counts its lease valid from the moment it sent the acquire or
-// renew request, for LeaseDuration minus a quarter: the service started its
-// clock later, so the writer stops acknowledging before anyone else can
-// take the shard. It checks validity after each segment put returns: a put
-// that completed while the lease was valid landed before any new owner could
-// seal the generation, so its rows are part of it. A put that completed
-// later may have landed before or after a new owner's seal; the seal record
-// decides (the writer writes it itself if there is none yet), and the answer
-// follows it: acknowledged if the seal lists the segment, refused if not. So
-// a refused write is never visible, and an acknowledged one always is.
+// blob lease (objstore.Leaser) on a key of the table's incarnation. Leases
+// keep two live processes from doing the same work; they are not what keeps
+// data correct. That is the shard head's compare-and-swap chain (see
+// head.go): a writer whose lease lapsed, or that never had one, can write
+// objects but cannot make them part of a generation once another writer
+// moved the head.
 
-// ErrShardOwned: another live process holds the shard's lease.
-var ErrShardOwned = errors.New("shard is owned by another writer")
-
-// ErrMergerBusy: another merger holds the table's merger lease.
-var ErrMergerBusy = errors.New("another merger is running")
-
-// owner holds a lease and tracks how long it may act on it.
+// owner holds a lease and keeps renewing it.
 type owner struct {
 	db    *DB
 	lease objstore.Lease
 	key   string
 
-	mu         sync.Mutex
-	validUntil time.Time
-	lost       error
-	stop       chan struct{}
-	done       chan struct{}
+	mu   sync.Mutex
+	lost error
+	stop sched.Event
+	done sched.Event
+	// check runs with each renewal; an error ends ownership (a writer
+	// checks that its table was not dropped).
+	check func(ctx context.Context) error
 }
 
 // acquire takes the lease on key, or returns (nil, nil) when the store has
 // no leases or leases are disabled.
-func (db *DB) acquire(ctx context.Context, key string) (*owner, error) {
+func (db *DB) acquire(ctx context.Context, key string, check func(context.Context) error) (*owner, error) {
 	l, ok := db.store.(objstore.Leaser)
 	if !ok || db.cfg.LeaseDuration <= 0 {
 		return nil, nil
 	}
-	sent := db.cfg.Now()
 	lease, err := l.AcquireLease(ctx, key, db.cfg.LeaseDuration)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return nil, nil
@@ -59,17 +48,9 @@ func (db *DB) acquire(ctx context.Context, key string) (*owner, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &owner{db: db, lease: lease, key: key, stop: make(chan struct{}), done: make(chan struct{})}
-	o.extend(sent)
-	go o.renewLoop()
+	o := &owner{db: db, lease: lease, key: key, stop: db.rt.NewEvent(), done: db.rt.NewEvent(), check: check}
+	db.rt.Go(o.renewLoop)
 	return o, nil
-}
-
-func (o *owner) extend(sent time.Time) {
-	d := o.db.cfg.LeaseDuration
-	o.mu.Lock()
-	o.validUntil = sent.Add(d - d/4)
-	o.mu.Unlock()
 }
 
 // valid reports whether the owner may still act; nil owner: no leases.
@@ -79,47 +60,39 @@ func (o *owner) valid() error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.lost != nil {
-		return o.lost
-	}
-	if now := o.db.cfg.Now(); !now.Before(o.validUntil) {
-		return fmt.Errorf("%w: lease on %s lapsed at %s", ErrFenced, o.key, o.validUntil.Format(time.RFC3339Nano))
-	}
-	return nil
+	return o.lost
 }
 
 func (o *owner) renewLoop() {
-	defer close(o.done)
-	tick := time.NewTicker(o.db.cfg.LeaseDuration / 3)
-	defer tick.Stop()
+	defer o.done.Fire()
+	ctx := context.Background()
 	for {
-		select {
-		case <-o.stop:
+		i, _ := o.db.rt.Wait(ctx, o.stop, o.db.rt.After(o.db.cfg.LeaseDuration/3))
+		if i == 0 {
 			return
-		case <-tick.C:
 		}
-		if err := o.renew(context.Background()); errors.Is(err, ErrFenced) {
+		if err := o.renew(ctx); errors.Is(err, ErrFenced) {
 			return
 		}
 	}
 }
 
-// renew extends the lease once. A renewal that fails for a transient reason
-// is simply retried at the next tick; validity lapses on its own if none
-// succeeds in time.
+// renew extends the lease once. A renewal that fails for a transient
+// reason is retried at the next tick.
 func (o *owner) renew(ctx context.Context) error {
-	if err := o.db.cfg.Hooks.Call(ctx, "lease:renew"); err != nil {
+	if err := o.db.point(ctx, "lease:renew"); err != nil {
 		return err
 	}
-	sent := o.db.cfg.Now()
-	ctx, cancel := context.WithTimeout(ctx, o.db.cfg.LeaseDuration/4)
+	rctx, cancel := o.db.rt.WithTimeout(ctx, o.db.cfg.LeaseDuration/4)
 	defer cancel()
-	err := o.lease.Renew(ctx)
+	err := o.lease.Renew(rctx)
+	if err == nil && o.check != nil {
+		err = o.check(rctx)
+	}
 	switch {
 	case err == nil:
-		o.extend(sent)
 		return nil
-	case errors.Is(err, objstore.ErrLeaseLost):
+	case errors.Is(err, objstore.ErrLeaseLost), errors.Is(err, ErrTableNotFound):
 		o.mu.Lock()
 		o.lost = fmt.Errorf("%w: lease on %s: %w", ErrFenced, o.key, err)
 		o.mu.Unlock()
@@ -135,60 +108,11 @@ func (o *owner) release(ctx context.Context) {
 	if o == nil {
 		return
 	}
-	select {
-	case <-o.stop:
-	default:
-		close(o.stop)
-	}
-	<-o.done
-	if err := o.lease.Release(ctx); err != nil {
+	o.stop.Fire()
+	_, _ = o.db.rt.Wait(context.WithoutCancel(ctx), o.done)
+	rctx, cancel := o.db.rt.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := o.lease.Release(rctx); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		o.db.cfg.Logger.Warn("releasing lease", "key", o.key, "err", err)
 	}
-}
-
-// sealAbandoned seals the open generations of shards whose writer is gone:
-// if the merger can take a shard's lease, nobody owns the shard, and its
-// last owner stopped acknowledging before the lease could be taken. Without
-// leases nothing is sealed here (a live writer could not be told apart).
-func (t *Table) sealAbandoned(ctx context.Context, m *Manifest, gens []walGen) (bool, error) {
-	if _, ok := t.db.store.(objstore.Leaser); !ok || t.db.cfg.LeaseDuration <= 0 {
-		return false, nil
-	}
-	cutoff := t.db.cfg.Now().Add(-t.db.cfg.GenMaxAge)
-	open := map[string][]uint64{}
-	for _, g := range gens {
-		if g.gen > m.watermark(g.shard) && !g.sealed && g.oldest.Before(cutoff) && g.shard != t.db.cfg.Shard {
-			open[g.shard] = append(open[g.shard], g.gen)
-		}
-	}
-	sealed := false
-	for shard, list := range open {
-		o, err := t.db.acquire(ctx, t.lay.ShardLease(shard))
-		if errors.Is(err, objstore.ErrLeased) {
-			continue // a live owner will seal it
-		}
-		if err != nil {
-			return sealed, err
-		}
-		if o == nil {
-			// No lease to prove the writer gone (a wrapper without leases):
-			// sealing a live writer's generation would hide its later rows.
-			return sealed, nil
-		}
-		for _, gen := range list {
-			err = t.sealGeneration(ctx, shard, gen, nil)
-			if errors.Is(err, ErrFenced) {
-				err = nil // sealed meanwhile by its owner's successor
-			}
-			if err != nil {
-				break
-			}
-			sealed = true
-		}
-		o.release(context.WithoutCancel(ctx))
-		if err != nil {
-			return sealed, err
-		}
-	}
-	return sealed, nil
 }

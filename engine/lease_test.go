@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
@@ -16,7 +17,7 @@ import (
 func leaseConfig(shard string, clk *objstoretest.Clock) Config {
 	cfg := testConfig(shard)
 	cfg.LeaseDuration = 15 * time.Second
-	cfg.Now = clk.Now
+	cfg.Runtime = sched.WithClock(clk.Now)
 	return cfg
 }
 
@@ -46,8 +47,11 @@ func TestShardLeaseExclusive(t *testing.T) {
 }
 
 // A writer cut off past its lease (renewals and release fail, as in a
-// partition or a long pause) stops acknowledging before anyone else can own
-// the shard; the new owner seals its generation and carries on.
+// partition or a long pause) is not what keeps data right: until another
+// writer takes the shard, its appends are committed and acknowledged as
+// ever. Once the new owner has sealed its generation (moving the head),
+// the cut-off writer can acknowledge nothing more, and what it tries is
+// never visible.
 func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
@@ -60,9 +64,9 @@ func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 	fb.Fail(faulty.OpRenewLease, faulty.AnyKey, partitioned, faulty.Always())
 	fb.Fail(faulty.OpReleaseLease, faulty.AnyKey, partitioned, faulty.Always())
 	fb.Fail(faulty.OpAcquireLease, faulty.AnyKey, partitioned, faulty.Always())
-	clk.Advance(12 * time.Second) // past validity (15s - 15s/4), before the lease expires
-	if err := appendID(a.tb, "a2"); !errors.Is(err, ErrFenced) {
-		t.Fatalf("append after the lease lapsed: %v", err)
+	clk.Advance(12 * time.Second) // its lease is about to expire
+	if err := appendID(a.tb, "a2"); err != nil {
+		t.Fatalf("append before anyone took the shard: %v", err)
 	}
 	b := newEnv(t, mem, leaseConfig("s0", clk))
 	if err := appendID(b.tb, "b1"); !errors.Is(err, ErrShardOwned) {
@@ -72,15 +76,15 @@ func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 	if err := appendID(b.tb, "b1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := appendID(a.tb, "a3"); err == nil {
-		t.Fatal("the cut-off writer accepted a write")
+	if err := appendID(a.tb, "a3"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the cut-off writer after the takeover: %v", err)
 	}
 	fb.Reset() // the partition heals: a's next writer finds the shard owned
 	if err := appendID(a.tb, "a3"); !errors.Is(err, ErrShardOwned) {
 		t.Fatalf("after the partition: %v", err)
 	}
 	b.merge()
-	checkAll(t, b.tb, map[string]int{"a1": 100, "b1": 100})
+	checkAll(t, b.tb, map[string]int{"a1": 100, "a2": 100, "b1": 100})
 }
 
 // A store error the writer cannot get past stops it, but not the shard:
@@ -92,7 +96,8 @@ func TestWriterRecoversFromTransientSealFailure(t *testing.T) {
 	if err := appendID(e.tb, "a"); err != nil {
 		t.Fatal(err)
 	}
-	fb.Fail(faulty.OpPut, faulty.KeyContains("_sealed"), objstore.ErrThrottled)
+	// Every attempt of the seal record fails, so the flush does.
+	fb.Fail(faulty.OpPut, faulty.KeyContains("_sealed"), objstore.ErrThrottled, faulty.Times(4))
 	if err := e.tb.Flush(context.Background()); !errors.Is(err, objstore.ErrThrottled) {
 		t.Fatalf("flush: %v", err)
 	}
@@ -141,12 +146,7 @@ func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
 	if res.Segments != 0 && res.Segments != 1 {
 		t.Fatalf("sweep: %+v", res)
 	}
-	var strays []string
-	_ = mem.List(context.Background(), "t/wal/", objstore.ListOptions{}, func(e objstore.Entry) error {
-		strays = append(strays, e.Key)
-		return nil
-	})
-	if len(strays) != 0 {
+	if strays := b.walKeys(); len(strays) != 0 {
 		t.Fatalf("WAL objects left: %v", strays)
 	}
 }
@@ -207,13 +207,13 @@ func TestMergerSealsAbandonedShard(t *testing.T) {
 	checkAll(t, m.tb, map[string]int{"a": 100, "b": 100})
 }
 
-// A segment that landed just before its writer's lease lapsed is committed
-// exactly when the generation's seal lists it, and the writer's answer
-// follows the seal: acknowledged if listed (by the new owner's seal, or by
-// the writer's own when nobody sealed yet), refused if not.
-func TestLandedSegmentAnswerFollowsTheSeal(t *testing.T) {
+// A segment that landed just before its writer lost the shard is part of
+// its generation exactly when a head swap counted it, and the writer's
+// answer follows the head: refused (and never visible) if the new owner
+// sealed the generation first, acknowledged if nobody moved the head.
+func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 	for _, takeover := range []bool{true, false} {
-		t.Run(map[bool]string{true: "new owner sealed it", false: "writer seals it"}[takeover], func(t *testing.T) {
+		t.Run(map[bool]string{true: "new owner sealed first", false: "nobody took the shard"}[takeover], func(t *testing.T) {
 			clk := objstoretest.NewClock()
 			mem := memory.New(memory.WithClock(clk.Now))
 			fb := faulty.New(mem)
@@ -221,37 +221,41 @@ func TestLandedSegmentAnswerFollowsTheSeal(t *testing.T) {
 			if err := appendID(a.tb, "a1"); err != nil {
 				t.Fatal(err)
 			}
-			gate := fb.Pause(faulty.OpPut, faulty.After, faulty.KeyContains("/wal/"))
+			gate := fb.Pause(faulty.OpPut, faulty.After, faulty.KeyContains(".arrow"))
 			late := make(chan error, 1)
 			go func() { late <- appendID(a.tb, "a2") }()
-			if err := gate.Wait(waitCtx(t)); err != nil { // landed; the writer has not seen the answer
+			if err := gate.Wait(waitCtx(t)); err != nil { // landed; the head not swapped yet
 				t.Fatal(err)
 			}
 			var b *env
 			if takeover {
 				clk.Advance(16 * time.Second)
 				b = newEnv(t, mem, leaseConfig("s0", clk))
-				if err := appendID(b.tb, "b1"); err != nil { // seals a's generation, a2 included
+				if err := appendID(b.tb, "b1"); err != nil { // seals a's generation at one segment
 					t.Fatal(err)
 				}
 			} else {
-				clk.Advance(12 * time.Second) // lapsed, not expired
+				clk.Advance(12 * time.Second) // lapsing, not expired
 			}
 			gate.Release()
-			if err := <-late; err != nil {
-				t.Fatalf("a landed and sealed segment was refused: %v", err)
-			}
-			if err := appendID(a.tb, "a3"); takeover && !errors.Is(err, ErrShardOwned) {
-				t.Fatalf("after the takeover: %v", err)
-			}
-			r := newEnv(t, mem, leaseConfig("", clk))
-			want := map[string]int{"a1": 100, "a2": 100}
+			err := <-late
+			want := map[string]int{"a1": 100}
 			if takeover {
+				if !errors.Is(err, ErrFenced) {
+					t.Fatalf("a segment the head never counted was acknowledged: %v", err)
+				}
 				want["b1"] = 100
 			} else {
-				want["a3"] = 100
+				if err != nil {
+					t.Fatalf("a committed segment was refused: %v", err)
+				}
+				want["a2"] = 100
 			}
-			clk.Advance(time.Hour) // leave no live lease behind for the merge's seal sweep
+			r := newEnv(t, mem, leaseConfig("", clk))
+			if _, err := r.tb.Get(context.Background(), "a2", ReadOptions{}); takeover != errors.Is(err, ErrNotFound) {
+				t.Fatalf("visibility of a2: %v", err)
+			}
+			clk.Advance(time.Hour) // leave no live lease behind for the merge's seal
 			if err := a.db.Close(context.Background()); err != nil {
 				t.Fatal(err)
 			}

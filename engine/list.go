@@ -25,14 +25,15 @@ type rowIter struct {
 }
 
 type cursor struct {
-	rows  []rowfile.Loc
-	i     int
-	prio  int
-	key   string
-	lay   *rowfile.Layout
-	base  bool
-	shard string
-	gen   uint64
+	rows    []rowfile.Loc
+	i       int
+	prio    int
+	key     string
+	lay     *rowfile.Layout
+	base    bool
+	version uint64
+	shard   string
+	gen     uint64
 }
 
 type cursorHeap []*cursor
@@ -64,15 +65,17 @@ func newRowIter(s *snapshot, after string, withWAL bool) *rowIter {
 		}
 	}
 	prio := 0
-	for _, f := range s.files {
-		add(&cursor{prio: prio, key: f.key, lay: f.layout, base: true})
+	for _, f := range s.base.files {
+		add(&cursor{prio: prio, key: f.key, lay: f.layout, base: true, version: s.base.m.Version})
 		prio++
 	}
 	if withWAL {
-		for _, g := range s.pending {
-			for _, seg := range g.segs {
-				add(&cursor{prio: prio, key: seg.key, lay: seg.layout, shard: g.shard, gen: g.gen})
-				prio++
+		for _, name := range s.names {
+			for _, g := range s.shards[name].gens {
+				for _, seg := range g.segs {
+					add(&cursor{prio: prio, key: seg.key, lay: seg.layout, shard: name, gen: g.gen})
+					prio++
+				}
 			}
 		}
 	}
@@ -95,7 +98,7 @@ func (it *rowIter) next() (location, bool) {
 			continue // a duplicate from a lower-priority place
 		}
 		it.last, it.any = l.ID, true
-		return location{key: c.key, batch: c.lay.Batches[l.Batch], loc: l, inBase: c.base, shard: c.shard, gen: c.gen}, true
+		return location{key: c.key, batch: c.lay.Batches[l.Batch], loc: l, inBase: c.base, version: c.version, shard: c.shard, gen: c.gen}, true
 	}
 	return location{}, false
 }
@@ -105,7 +108,8 @@ type ListOptions struct {
 	RolloutID     string
 	ProblemID     string
 	PolicyVersion string
-	// Limit is the page size (default 100, at most 1000).
+	// Limit is the page size (default 100; larger than 1000 is lowered to
+	// 1000).
 	Limit int
 	// PageToken continues a previous listing.
 	PageToken string
@@ -131,18 +135,18 @@ func (t *Table) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 		opts.Limit = 100
 	}
 	if opts.Limit > 1000 {
-		return ListPage{}, fmt.Errorf("%w: limit must be at most 1000", ErrInvalid)
+		opts.Limit = 1000
 	}
 	after, err := decodePageToken(opts.PageToken)
 	if err != nil {
 		return ListPage{}, err
 	}
 	for attempt := 0; ; attempt++ {
-		s, err := t.listSnapshot(ctx, opts.Version)
+		s, withWAL, err := t.listSnapshot(ctx, opts.Version, attempt > 0)
 		if err != nil {
 			return ListPage{}, err
 		}
-		page, err := t.listPage(ctx, s, after, opts)
+		page, err := t.listPage(ctx, s, after, withWAL, opts)
 		if errors.Is(err, objstore.ErrNotFound) && opts.Version == 0 && attempt < maxRetries {
 			t.db.stats.ReadRetries.Add(1)
 			continue // a generation was reclaimed under us: its rows are in a newer base
@@ -154,23 +158,21 @@ func (t *Table) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	}
 }
 
-func (t *Table) listSnapshot(ctx context.Context, version uint64) (*snapshot, error) {
+func (t *Table) listSnapshot(ctx context.Context, version uint64, probe bool) (*snapshot, bool, error) {
+	if err := t.live(); err != nil {
+		return nil, false, err
+	}
 	if version > 0 {
-		return t.pinnedSnapshot(ctx, version)
+		s, err := t.pinnedSnapshot(ctx, version)
+		return s, false, err
 	}
-	s, err := t.refreshed(ctx, t.refresh.ticket())
-	if err != nil {
-		return nil, err
-	}
-	if s.capErr != nil {
-		return nil, s.capErr
-	}
-	return s, nil
+	s, err := t.refreshed(ctx, t.refresh.ticket(), probe)
+	return s, true, err
 }
 
-func (t *Table) listPage(ctx context.Context, s *snapshot, after string, opts ListOptions) (ListPage, error) {
+func (t *Table) listPage(ctx context.Context, s *snapshot, after string, withWAL bool, opts ListOptions) (ListPage, error) {
 	page := ListPage{Records: []*Record{}}
-	it := newRowIter(s, after, s.walLoaded)
+	it := newRowIter(s, after, withWAL)
 	for examined := 0; ; examined++ {
 		loc, ok := it.next()
 		if !ok {
@@ -250,11 +252,11 @@ func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 		return err
 	}
 	defer release()
-	s, err := t.listSnapshot(ctx, opts.Version)
+	s, withWAL, err := t.listSnapshot(ctx, opts.Version, false)
 	if err != nil {
 		return err
 	}
-	sw := rowfile.NewStreamWriter(w)
+	sw := rowfile.NewStreamWriter(w, opts.WithPayloads)
 	var buf []rowfile.Record
 	var bufBytes int64
 	flush := func() error {
@@ -262,7 +264,7 @@ func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 		buf, bufBytes = buf[:0], 0
 		return err
 	}
-	it := newRowIter(s, "", s.walLoaded)
+	it := newRowIter(s, "", withWAL)
 	var memo scanMemo
 	for {
 		loc, ok := it.next()
@@ -313,31 +315,44 @@ func (m *scanMemo) row(ctx context.Context, t *Table, loc location) (*Record, er
 	return &rec, nil
 }
 
-// scanRow reads one row for a scan. A WAL row whose file was reclaimed
-// mid-scan is read again through the recovering read path.
+// scanRow reads one row for a scan. A row whose file vanished under the
+// scan (a generation reclaimed, a data file collected) is found again
+// through the recovering read path, and its batch and payload are then
+// both read from its new home.
 func (t *Table) scanRow(ctx context.Context, loc location, opts ScanOptions, memo *scanMemo) (*Record, error) {
-	if opts.WithPayloads && loc.loc.Ref == "" {
-		rec, err := memo.row(ctx, t, loc)
-		if !errors.Is(err, objstore.ErrNotFound) || loc.inBase {
-			return rec, err
-		}
-	}
-	rec, err := t.readRow(ctx, loc)
-	if errors.Is(err, objstore.ErrNotFound) && !loc.inBase {
-		var attempts int
-		err = t.withRow(ctx, loc.loc.ID, ReadOptions{}, &attempts, func(ctx context.Context, l location) error {
-			r, err := t.readRow(ctx, l)
-			if err == nil {
-				rec, loc = r, l
-			}
-			return err
-		})
-	}
-	if err != nil || !opts.WithPayloads {
+	rec, err := t.scanRowAt(ctx, loc, opts, memo)
+	if !errors.Is(err, objstore.ErrNotFound) || opts.Version > 0 {
 		return rec, err
 	}
-	if rec.PayloadRef != "" && rec.PayloadSize > MaxScanPayload {
-		return rec, nil
+	var attempts int
+	err = t.withRow(ctx, loc.loc.ID, ReadOptions{}, &attempts, func(ctx context.Context, l location) error {
+		r, err := t.scanRowAt(ctx, l, opts, nil)
+		if err == nil {
+			rec = r
+		}
+		return err
+	})
+	return rec, err
+}
+
+func (t *Table) scanRowAt(ctx context.Context, loc location, opts ScanOptions, memo *scanMemo) (*Record, error) {
+	if opts.WithPayloads && loc.loc.Ref == "" {
+		if memo != nil {
+			return memo.row(ctx, t, loc)
+		}
+		rows, err := t.fetchBatch(ctx, loc, true)
+		if err != nil {
+			return nil, err
+		}
+		if int(loc.loc.Row) >= len(rows) || rows[loc.loc.Row].ID != loc.loc.ID {
+			return nil, fmt.Errorf("%w: %s: batch does not hold %q", rowfile.ErrCorrupt, loc.key, loc.loc.ID)
+		}
+		rec := rows[loc.loc.Row]
+		return &rec, nil
+	}
+	rec, err := t.readRow(ctx, loc)
+	if err != nil || !opts.WithPayloads || rec.PayloadSize > MaxScanPayload {
+		return rec, err // without payloads, or too large to inline: payload null
 	}
 	rc, err := t.openSpan(ctx, loc, 0, rec.PayloadSize)
 	if err != nil {
@@ -363,6 +378,9 @@ type VersionInfo struct {
 
 // Versions lists the retained base versions, oldest first.
 func (t *Table) Versions(ctx context.Context) ([]VersionInfo, error) {
+	if err := t.live(); err != nil {
+		return nil, err
+	}
 	_, vs, err := t.listVersions(ctx)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/layout"
@@ -50,30 +49,39 @@ func (t *Table) loadManifest(ctx context.Context, v uint64) (*Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("base manifest %d: %w", v, err)
+		return nil, fmt.Errorf("%w: base manifest %d: %v", ErrCorruptObject, v, err)
 	}
 	if m.Version != v {
-		return nil, fmt.Errorf("base manifest %d claims version %d", v, m.Version)
+		return nil, fmt.Errorf("%w: base manifest %d claims version %d", ErrCorruptObject, v, m.Version)
+	}
+	if m.Watermarks == nil {
+		m.Watermarks = map[string]uint64{}
 	}
 	return &m, nil
 }
 
 // latestVersion finds the newest committed version without listing every
-// version ever written. From a version the process knows, it HEADs that
-// version and the next one at once: the next missing and the known present
-// means the known is the newest (versions are collected oldest first, so
-// the next cannot have been collected while the known survives). Without a
-// known version, or when it was collected, it lists the retained versions,
-// which retention keeps short. Version 0 means "no base yet".
+// version ever written. From a version known to exist (or have existed),
+// it HEADs that version and the next one at once: the next missing and the
+// known present means the known is the newest (versions are collected
+// oldest first, so the next cannot have been collected while the known
+// survives). Without a known version, or when it was collected, it lists
+// the retained versions, which retention keeps short. Version 0 means "no
+// base yet".
 func (t *Table) latestVersion(ctx context.Context, known uint64) (uint64, error) {
 	if known == 0 {
 		return t.listLatest(ctx)
 	}
-	var knownErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { _, knownErr = t.db.store.Head(ctx, t.lay.Version(known)) })
-	_, nextErr := t.db.store.Head(ctx, t.lay.Version(known+1))
-	wg.Wait()
+	var knownErr, nextErr error
+	knownDone := t.db.rt.NewEvent()
+	t.db.rt.Go(func() {
+		defer knownDone.Fire()
+		_, knownErr = t.db.store.Head(ctx, t.lay.Version(known))
+	})
+	_, nextErr = t.db.store.Head(ctx, t.lay.Version(known+1))
+	if _, err := t.db.rt.Wait(context.WithoutCancel(ctx), knownDone); err != nil {
+		return 0, err
+	}
 	switch {
 	case nextErr == nil:
 		// Newer versions exist: walk forward a little, then list.
@@ -133,7 +141,7 @@ func (t *Table) commitManifest(ctx context.Context, m *Manifest) error {
 		return err
 	}
 	_, err = t.db.store.Put(ctx, t.lay.Version(m.Version), bytes.NewReader(body),
-		objstore.PutOptions{IfNotExists: true, Size: int64(len(body))})
+		objstore.PutOptions{IfNotExists: true, Size: int64(len(body)), ContentType: "application/json"})
 	return err
 }
 
@@ -156,7 +164,7 @@ func (m *Manifest) clone() *Manifest {
 
 // dataKeys returns the keys of a data file and its index. Names come from
 // manifests and are validated there; a bad one is reported, not panicked on.
-func dataKeys(lay layout.Table, name string) (data, index string, err error) {
+func dataKeys(lay layout.Inc, name string) (data, index string, err error) {
 	if data, err = lay.DataFile(name); err != nil {
 		return "", "", err
 	}

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -32,10 +32,13 @@ type MergeResult struct {
 	Version        uint64   `json:"version"`
 	Merged         []GenRef `json:"merged"`
 	Rows           int64    `json:"rows"`
+	Bytes          int64    `json:"bytes"`
 	Duplicates     int64    `json:"duplicates"`
 	CompactedFiles int      `json:"compacted_files"`
 	Conflicts      int      `json:"conflicts"`
 	Reclaimed      []GenRef `json:"reclaimed"`
+	// Sealed lists abandoned generations this pass sealed.
+	Sealed []GenRef `json:"sealed,omitempty"`
 	// Leftover is true when sealed generations remain for a later pass.
 	Leftover          bool          `json:"leftover"`
 	VersionsCollected int           `json:"versions_collected"`
@@ -51,18 +54,29 @@ const maxCommitAttempts = 8
 // normal: the pass reloads and plans again from the winner's version, so no
 // row is merged twice.
 func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, error) {
-	t.mergeMu.Lock()
-	defer t.mergeMu.Unlock()
-	o, err := t.db.acquire(ctx, t.lay.MergerLease())
+	if err := t.live(); err != nil {
+		return MergeResult{}, err
+	}
+	if err := t.mergeLock.Lock(ctx); err != nil {
+		return MergeResult{}, err
+	}
+	defer t.mergeLock.Unlock()
+	o, err := t.db.acquire(ctx, t.lay.MergerLease(), nil)
 	if errors.Is(err, objstore.ErrLeased) {
 		return MergeResult{}, fmt.Errorf("%w: %s", ErrMergerBusy, t.Name())
 	}
 	if err != nil {
 		return MergeResult{}, fmt.Errorf("acquiring the merger lease: %w", err)
 	}
-	defer o.release(context.WithoutCancel(ctx))
-	start := time.Now()
-	defer func() { t.db.stats.MergeNanos.Add(int64(time.Since(start))) }()
+	defer o.release(ctx)
+	start := t.db.rt.Now()
+	res, err := t.merge(ctx, opts)
+	res.Duration = t.db.rt.Now().Sub(start)
+	t.db.stats.MergeNanos.Add(int64(res.Duration))
+	return res, t.noteGone(err)
+}
+
+func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, error) {
 	cfg := t.db.cfg
 	budget := opts.MaxBytes
 	if budget <= 0 {
@@ -73,7 +87,17 @@ func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if attempt == maxCommitAttempts {
 			return res, fmt.Errorf("merge of %s: lost the commit %d times in a row", t.Name(), attempt)
 		}
-		latest, err := t.latestVersion(ctx, t.snap.Load().version())
+		if err := t.live(); err != nil {
+			return res, err
+		}
+		reg, _, err := readRegistry(ctx, t.db, t.lay)
+		if errors.Is(err, objstore.ErrNotFound) || (err == nil && reg.Dropped) {
+			return res, fmt.Errorf("%w: %s", errDropped, t.Name())
+		}
+		if err != nil {
+			return res, err
+		}
+		latest, err := t.latestVersion(ctx, max(t.snap.Load().version(), reg.Base))
 		if err != nil {
 			return res, err
 		}
@@ -81,18 +105,12 @@ func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if err != nil {
 			return res, err
 		}
-		gens, err := t.listWAL(ctx)
+		cands, sealed, err := t.mergeCandidates(ctx, reg, base.m)
+		res.Sealed = append(res.Sealed, sealed...)
 		if err != nil {
 			return res, err
 		}
-		if sealed, err := t.sealAbandoned(ctx, base.m, gens); err != nil {
-			return res, err
-		} else if sealed {
-			if gens, err = t.listWAL(ctx); err != nil {
-				return res, err
-			}
-		}
-		plan, leftover := planMerge(base.m, gens, budget)
+		plan, leftover := planMerge(cands, budget)
 		compact := t.pickCompaction(base.m)
 		if len(plan) == 0 && len(compact) == 0 {
 			res.Leftover = leftover
@@ -103,7 +121,7 @@ func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 			t.deleteFiles(written)
 			return res, err
 		}
-		if err := cfg.Hooks.Call(ctx, "merge:after-data"); err != nil {
+		if err := t.db.point(ctx, "merge:after-data"); err != nil {
 			return res, err // a crash here leaves orphan data files
 		}
 		err = t.commitManifest(ctx, m)
@@ -121,14 +139,14 @@ func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		t.db.stats.Merges.Add(1)
 		t.db.stats.MergedRows.Add(stats.rows)
 		t.db.stats.MergeDuplicates.Add(stats.dups)
-		res.Version, res.Rows, res.Duplicates, res.CompactedFiles, res.Leftover = m.Version, stats.rows, stats.dups, len(compact), leftover
+		res.Version, res.Rows, res.Bytes, res.Duplicates, res.CompactedFiles, res.Leftover = m.Version, stats.rows, stats.bytes, stats.dups, len(compact), leftover
 		for _, g := range plan {
 			res.Merged = append(res.Merged, GenRef{Shard: g.shard, Gen: g.gen})
 		}
-		if s, err := t.loadBase(ctx, m.Version); err == nil {
-			t.install(s)
-		}
-		if err := cfg.Hooks.Call(ctx, "merge:after-commit"); err != nil {
+		// Readers learn of the new base from the registry, before any of
+		// the merged generations is reclaimed.
+		noteBase(ctx, t.db, t.lay, m.Version)
+		if err := t.db.point(ctx, "merge:after-commit"); err != nil {
 			return res, err // a crash here leaves merged generations unreclaimed
 		}
 		break
@@ -139,72 +157,141 @@ func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		return res, err
 	}
 	res.VersionsCollected, res.FilesCollected, err = t.collectVersions(ctx)
-	res.Duration = time.Since(start)
+	if err == nil && res.Version > 0 {
+		// This process's own view moves to the new base at once.
+		_, err = t.refreshed(ctx, t.refresh.ticket(), true)
+	}
 	return res, err
 }
 
-// planMerge picks sealed generations above the watermarks, oldest first,
-// within budget bytes. Per shard only a contiguous run from the watermark
-// qualifies (the watermark means "everything up to here"), so an unsealed
-// generation stops its shard. The first pick is taken even if larger than
-// the budget, so an oversized generation is merged whole, alone.
-func planMerge(m *Manifest, gens []walGen, budget int64) (plan []walGen, leftover bool) {
-	var cands []walGen
-	blocked := map[string]bool{}
-	for _, g := range gens {
-		if g.gen <= m.watermark(g.shard) || blocked[g.shard] {
+// candidate is a sealed generation awaiting merge.
+type candidate struct {
+	shard string
+	gen   uint64
+	seal  *sealRecord
+}
+
+// mergeCandidates returns, per shard in name order, the sealed generations
+// above the base's watermark, in generation order from watermark+1 on: the
+// only order a merge may take them in (a watermark means "everything up to
+// here"). Shards whose writer is gone get their open generation sealed
+// first.
+func (t *Table) mergeCandidates(ctx context.Context, reg *registry, m *Manifest) ([][]candidate, []GenRef, error) {
+	var out [][]candidate
+	var sealedNow []GenRef
+	for _, shard := range sortedKeys(reg.Shards) {
+		h, err := readHead(ctx, t.db, t.lay, shard)
+		if errors.Is(err, errNoHead) {
 			continue
 		}
-		if !g.sealed {
-			blocked[g.shard] = true
+		if err != nil {
+			return nil, sealedNow, err
+		}
+		if !h.Sealed && shard != t.db.cfg.Shard && t.db.rt.Now().Sub(h.modified) >= t.db.cfg.GenMaxAge {
+			if hs, ok, err := t.sealAbandoned(ctx, shard, h); err != nil {
+				return nil, sealedNow, err
+			} else if ok {
+				h = hs
+				sealedNow = append(sealedNow, GenRef{Shard: shard, Gen: h.Gen})
+			}
+		}
+		last := h.Gen - 1
+		if h.Sealed {
+			last = h.Gen
+		}
+		wm := m.watermark(shard)
+		if last <= wm {
 			continue
 		}
-		cands = append(cands, g)
+		cs := make([]candidate, last-wm)
+		err = sched.Parallel(ctx, t.db.rt, len(cs), 16, func(ctx context.Context, i int) error {
+			g := wm + 1 + uint64(i)
+			var rec *sealRecord
+			var err error
+			if g == h.Gen {
+				rec, err = t.sealOf(ctx, shard, g, h.Segs)
+			} else {
+				rec, err = t.loadSeal(ctx, shard, g)
+			}
+			if err != nil {
+				return fmt.Errorf("generation %s/%d: %w", shard, g, err)
+			}
+			cs[i] = candidate{shard: shard, gen: g, seal: rec}
+			return nil
+		})
+		if err != nil {
+			return nil, sealedNow, err
+		}
+		out = append(out, cs)
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		if !cands[i].oldest.Equal(cands[j].oldest) {
-			return cands[i].oldest.Before(cands[j].oldest)
-		}
-		if cands[i].shard != cands[j].shard {
-			return cands[i].shard < cands[j].shard
-		}
-		return cands[i].gen < cands[j].gen
-	})
+	return out, sealedNow, nil
+}
+
+// sealAbandoned seals the open generation of a shard whose writer is gone:
+// if the merger can take the shard's lease, nobody owns the shard. Sealing
+// a live writer's generation would be safe (its next head swap fails, and
+// it starts a new generation), only wasteful; the lease keeps it rare.
+func (t *Table) sealAbandoned(ctx context.Context, shard string, h head) (head, bool, error) {
+	o, err := t.db.acquire(ctx, t.lay.ShardLease(shard), nil)
+	if errors.Is(err, objstore.ErrLeased) {
+		return h, false, nil // a live owner will seal it
+	}
+	if err != nil {
+		return h, false, err
+	}
+	defer o.release(ctx)
+	hs, err := casHead(ctx, t.db, t.lay, shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
+	if errors.Is(err, errHeadMoved) {
+		return h, false, nil // its writer is alive after all
+	}
+	if err != nil {
+		return h, false, err
+	}
+	if _, err := t.sealOf(ctx, shard, hs.Gen, hs.Segs); err != nil {
+		return hs, true, err
+	}
+	if err := setActive(ctx, t.db, t.lay, shard, false); err != nil {
+		return hs, true, err
+	}
+	return hs, true, nil
+}
+
+// planMerge picks sealed generations, oldest seal first across shards but
+// always a shard's next generation (so each shard's picks run on from its
+// watermark without a gap), within budget bytes. The first pick is taken
+// even if larger than the budget, so an oversized generation is merged
+// whole, alone.
+func planMerge(shards [][]candidate, budget int64) (plan []candidate, leftover bool) {
+	next := make([]int, len(shards))
 	var used int64
-	stopped := map[string]bool{}
-	for _, g := range cands {
-		if stopped[g.shard] {
-			leftover = true
-			continue
+	for {
+		best := -1
+		for i, cs := range shards {
+			if next[i] < len(cs) && (best < 0 || cs[next[i]].seal.SealedAt.Before(shards[best][next[best]].seal.SealedAt)) {
+				best = i
+			}
 		}
-		if len(plan) > 0 && used+g.bytes > budget {
-			stopped[g.shard] = true
-			leftover = true
-			continue
+		if best < 0 {
+			break
 		}
-		plan = append(plan, g)
-		used += g.bytes
+		c := shards[best][next[best]]
+		if len(plan) > 0 && used+c.seal.bytes() > budget {
+			leftover = true
+			break
+		}
+		plan = append(plan, c)
+		used += c.seal.bytes()
+		next[best]++
 	}
-	// Within a shard, generations must be merged in order; the sort by age
-	// keeps them so, but re-sort by (shard, gen) for the duplicate rule.
+	// (shard, generation) order: the order readers search the WAL in,
+	// which the duplicate rule follows.
 	sort.Slice(plan, func(i, j int) bool {
 		if plan[i].shard != plan[j].shard {
 			return plan[i].shard < plan[j].shard
 		}
 		return plan[i].gen < plan[j].gen
 	})
-	// Drop any shard's picks that are not contiguous from its watermark.
-	next := map[string]uint64{}
-	out := plan[:0]
-	for _, g := range plan {
-		if n, ok := next[g.shard]; ok && g.gen != n {
-			leftover = true
-			continue
-		}
-		out = append(out, g)
-		next[g.shard] = g.gen + 1
-	}
-	return out, leftover
+	return plan, leftover
 }
 
 // pickCompaction returns the smallest data files to rewrite when the base
@@ -215,7 +302,12 @@ func (t *Table) pickCompaction(m *Manifest) []FileMeta {
 		return nil
 	}
 	files := append([]FileMeta(nil), m.Files...)
-	sort.Slice(files, func(i, j int) bool { return files[i].Bytes < files[j].Bytes })
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].Bytes != files[j].Bytes {
+			return files[i].Bytes < files[j].Bytes
+		}
+		return files[i].Name < files[j].Name
+	})
 	var pick []FileMeta
 	var bytes int64
 	for _, f := range files {
@@ -234,35 +326,65 @@ func (t *Table) pickCompaction(m *Manifest) []FileMeta {
 	return pick
 }
 
-type buildStats struct{ rows, dups, payloadBytes int64 }
+type buildStats struct{ rows, dups, payloadBytes, bytes int64 }
 
-// buildVersion reads the planned generations and compacted files, drops
-// duplicate ids deterministically (a row already in the base wins; among
-// WAL rows the first in (shard, generation, segment) order wins — the order
-// readers search the WAL in), writes the new data files and returns the
-// manifest of the next version.
-func (t *Table) buildVersion(ctx context.Context, base *snapshot, plan []walGen, compact []FileMeta) (*Manifest, []string, buildStats, error) {
+// buildVersion reads the planned generations and compacted files (in
+// parallel), drops duplicate ids deterministically (a row already in the
+// base wins; among WAL rows the first in (shard, generation, segment)
+// order wins — the order readers search the WAL in), writes the new data
+// files (uploading one while encoding the next) and returns the manifest
+// of the next version. Memory is bounded by the pass's budget.
+func (t *Table) buildVersion(ctx context.Context, base *baseView, plan []candidate, compact []FileMeta) (*Manifest, []string, buildStats, error) {
 	var st buildStats
-	var rows []rowfile.Record
-	seen := map[string]bool{}
+	type input struct {
+		key   string
+		limit int64
+		rows  []rowfile.Record
+	}
+	var inputs []*input
 	wm := map[string]uint64{}
-	var segs []segView
-	for _, g := range plan {
-		gs, err := t.loadGeneration(ctx, g)
+	for _, c := range plan {
+		for _, s := range c.seal.Segments {
+			inputs = append(inputs, &input{key: t.lay.Segment(c.shard, c.gen, s.Seq), limit: max(s.Size, s.Layout.Size) + 1})
+			st.bytes += s.Size
+		}
+		wm[c.shard] = max(wm[c.shard], c.gen)
+	}
+	nseg := len(inputs)
+	dropped := map[string]bool{}
+	for _, f := range compact {
+		dataKey, _, err := dataKeys(t.lay, f.Name)
 		if err != nil {
 			return nil, nil, st, err
 		}
-		segs = append(segs, gs...)
-		wm[g.shard] = max(wm[g.shard], g.gen)
+		inputs = append(inputs, &input{key: dataKey, limit: f.Bytes + 1})
+		dropped[f.Name] = true
 	}
-	decoded, err := t.readSegments(ctx, segs)
+	err := sched.Parallel(ctx, t.db.rt, len(inputs), 16, func(ctx context.Context, i int) error {
+		in := inputs[i]
+		data, _, err := objstore.ReadAll(ctx, t.db.store, in.key, in.limit+(4<<20))
+		if err != nil {
+			return err
+		}
+		recs, err := rowfile.Decode(data, true)
+		if err != nil {
+			return fmt.Errorf("%s: %w", in.key, err)
+		}
+		in.rows = recs
+		return nil
+	})
 	if err != nil {
 		return nil, nil, st, err
 	}
-	// In (shard, generation, segment) order: the first copy of an id wins.
-	for _, recs := range decoded {
-		for _, r := range recs {
-			if _, inBase := base.findBase(r.ID); inBase || seen[r.ID] {
+	var rows []rowfile.Record
+	seen := map[string]bool{}
+	for i, in := range inputs {
+		for _, r := range in.rows {
+			if i >= nseg {
+				rows = append(rows, r) // a compacted base file
+				continue
+			}
+			if _, inBase := base.find(r.ID); inBase || seen[r.ID] {
 				st.dups++
 				continue
 			}
@@ -271,28 +393,12 @@ func (t *Table) buildVersion(ctx context.Context, base *snapshot, plan []walGen,
 			st.rows++
 			st.payloadBytes += r.PayloadSize
 		}
-	}
-	dropped := map[string]bool{}
-	for _, f := range compact {
-		dataKey, _, err := dataKeys(t.lay, f.Name)
-		if err != nil {
-			return nil, nil, st, err
-		}
-		data, _, err := objstore.ReadAll(ctx, t.db.store, dataKey, f.Bytes+1)
-		if err != nil {
-			return nil, nil, st, err
-		}
-		recs, err := rowfile.Decode(data, true)
-		if err != nil {
-			return nil, nil, st, fmt.Errorf("%s: %w", dataKey, err)
-		}
-		rows = append(rows, recs...)
-		dropped[f.Name] = true
+		in.rows = nil
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
 
 	m := base.m.clone()
-	m.Version, m.Parent, m.CreatedAt = base.m.Version+1, base.m.Version, t.db.cfg.Now().UTC()
+	m.Version, m.Parent, m.CreatedAt = base.m.Version+1, base.m.Version, t.db.rt.Now().UTC()
 	m.Files = m.Files[:0]
 	for _, f := range base.m.Files {
 		if !dropped[f.Name] {
@@ -306,50 +412,43 @@ func (t *Table) buildVersion(ctx context.Context, base *snapshot, plan []walGen,
 	m.PayloadBytes += st.payloadBytes
 	m.Duplicates += st.dups
 
-	var written []string
+	var chunks [][]rowfile.Record
 	for start := 0; start < len(rows); {
 		end, size := start, int64(0)
 		for end < len(rows) && (end == start || size < t.db.cfg.TargetFileBytes) {
 			size += int64(len(rows[end].Payload)) + 256
 			end++
 		}
-		meta, keys, err := t.writeDataFile(ctx, m.Version, rows[start:end])
-		written = append(written, keys...)
-		if err != nil {
-			return nil, written, st, err
-		}
-		m.Files = append(m.Files, meta)
+		chunks = append(chunks, rows[start:end])
 		start = end
 	}
-	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].MinID < m.Files[j].MinID })
+	metas := make([]FileMeta, len(chunks))
+	var mu sync.Mutex
+	var written []string
+	// Two files at a time: one uploading while the next is encoded.
+	err = sched.Parallel(ctx, t.db.rt, len(chunks), 2, func(ctx context.Context, i int) error {
+		meta, keys, err := t.writeDataFile(ctx, m.Version, chunks[i])
+		mu.Lock()
+		written = append(written, keys...)
+		mu.Unlock()
+		metas[i] = meta
+		return err
+	})
+	if err != nil {
+		return nil, written, st, err
+	}
+	m.Files = append(m.Files, metas...)
+	sort.Slice(m.Files, func(i, j int) bool {
+		if m.Files[i].MinID != m.Files[j].MinID {
+			return m.Files[i].MinID < m.Files[j].MinID
+		}
+		return m.Files[i].Name < m.Files[j].Name
+	})
 	return m, written, st, nil
 }
 
-// readSegments fetches and decodes segments, several at a time (a pass may
-// hold hundreds of small segments), returning them in the order given.
-func (t *Table) readSegments(ctx context.Context, segs []segView) ([][]rowfile.Record, error) {
-	out := make([][]rowfile.Record, len(segs))
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for i, seg := range segs {
-		g.Go(func() error {
-			data, _, err := objstore.ReadAll(ctx, t.db.store, seg.key, seg.layout.Size+1)
-			if err != nil {
-				return err
-			}
-			recs, err := rowfile.Decode(data, true)
-			if err != nil {
-				return fmt.Errorf("%s: %w", seg.key, err)
-			}
-			out[i] = recs
-			return nil
-		})
-	}
-	return out, g.Wait()
-}
-
 func (t *Table) writeDataFile(ctx context.Context, version uint64, rows []rowfile.Record) (FileMeta, []string, error) {
-	name := fmt.Sprintf("%020d-%s", version, randomName()[:16])
+	name := fmt.Sprintf("%020d-%s", version, t.db.randomName()[:16])
 	dataKey, idxKey, err := dataKeys(t.lay, name)
 	if err != nil {
 		return FileMeta{}, nil, err
@@ -361,15 +460,17 @@ func (t *Table) writeDataFile(ctx context.Context, version uint64, rows []rowfil
 	idx := rowfile.MarshalLayout(lay)
 	var written []string
 	for _, obj := range []struct {
-		key  string
-		body []byte
-	}{{dataKey, data}, {idxKey, idx}} {
-		if _, err := t.db.store.Put(ctx, obj.key, bytes.NewReader(obj.body), objstore.PutOptions{IfNotExists: true, Size: int64(len(obj.body))}); err != nil {
+		key, ct string
+		body    []byte
+	}{{dataKey, "application/vnd.apache.arrow.file", data}, {idxKey, "application/octet-stream", idx}} {
+		// Names are unique, so no condition is needed (and large files may
+		// then upload in blocks).
+		if _, err := t.db.store.Put(ctx, obj.key, bytes.NewReader(obj.body), objstore.PutOptions{Size: int64(len(obj.body)), ContentType: obj.ct}); err != nil {
 			return FileMeta{}, written, fmt.Errorf("writing %s: %w", obj.key, err)
 		}
 		written = append(written, obj.key)
 	}
-	t.db.layouts.Add(t.ck(idxKey), lay, lay.MemSize())
+	t.db.layouts.Add(idxKey, lay, lay.MemSize())
 	return FileMeta{Name: name, Rows: int64(len(rows)), Bytes: int64(len(data)), IndexBytes: int64(len(idx)),
 		MinID: rows[0].ID, MaxID: rows[len(rows)-1].ID}, written, nil
 }
@@ -378,7 +479,7 @@ func (t *Table) deleteFiles(keys []string) {
 	if len(keys) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := t.db.rt.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := t.db.store.DeleteMany(ctx, keys); err != nil {
 		t.db.cfg.Logger.Warn("deleting uncommitted files (the orphan sweep will retry)", "table", t.Name(), "err", err)
@@ -386,15 +487,19 @@ func (t *Table) deleteFiles(keys []string) {
 }
 
 // reclaim deletes generations merged into a base version committed at least
-// ReclaimGrace ago: the segments first, the seal record last. Readers that
-// still hold such a generation get ErrNotFound and recover from the base.
+// ReclaimGrace ago. It needs no listing: per shard it walks down from the
+// watermark while seal records exist, then deletes those generations in
+// ascending order, each one's segments first and its seal record last (so
+// a reclaim that stops midway is found and finished by the next). Readers
+// that still hold such a generation get ErrNotFound and recover from the
+// base.
 func (t *Table) reclaim(ctx context.Context) ([]GenRef, error) {
 	cfg := t.db.cfg
 	entries, versions, err := t.listVersions(ctx)
 	if err != nil || len(versions) == 0 {
 		return nil, err
 	}
-	cutoff := cfg.Now().Add(-cfg.ReclaimGrace)
+	cutoff := t.db.rt.Now().Add(-cfg.ReclaimGrace)
 	idx := -1
 	for i := range entries {
 		if cfg.ReclaimGrace == 0 || !entries[i].LastModified.After(cutoff) {
@@ -405,42 +510,48 @@ func (t *Table) reclaim(ctx context.Context) ([]GenRef, error) {
 		return nil, nil
 	}
 	m, err := t.loadManifest(ctx, versions[idx])
-	if err != nil {
-		return nil, err
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, nil // collected meanwhile; the next pass reclaims
 	}
-	gens, err := t.listWAL(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []GenRef
-	for _, g := range gens {
-		if g.gen > m.watermark(g.shard) {
-			continue
-		}
-		var seal []string
-		var rest []string
-		for _, k := range g.keys {
-			if wk, _ := t.lay.ParseWAL(k); wk.IsSeal {
-				seal = append(seal, k)
-			} else {
-				rest = append(rest, k)
+	for _, shard := range sortedKeys(m.Watermarks) {
+		var gens []uint64
+		for g := m.Watermarks[shard]; g > 0; g-- {
+			_, err := t.db.store.Head(ctx, t.lay.Seal(shard, g))
+			if errors.Is(err, objstore.ErrNotFound) {
+				break
 			}
-		}
-		for i, k := range rest {
-			if err := t.db.store.Delete(ctx, k); err != nil {
+			if err != nil {
 				return out, err
 			}
-			if i == 0 {
-				if err := cfg.Hooks.Call(ctx, "merge:mid-reclaim"); err != nil {
-					return out, err
-				}
+			gens = append(gens, g)
+		}
+		for i := len(gens) - 1; i >= 0; i-- {
+			g := gens[i]
+			rec, err := t.loadSeal(ctx, shard, g)
+			if errors.Is(err, objstore.ErrNotFound) {
+				continue
 			}
+			if err != nil {
+				return out, err
+			}
+			if err := t.db.store.DeleteMany(ctx, segmentKeys(t.lay, shard, g, uint64(len(rec.Segments)))); err != nil {
+				return out, err
+			}
+			if err := t.db.point(ctx, "merge:mid-reclaim"); err != nil {
+				return out, err
+			}
+			key := t.lay.Seal(shard, g)
+			if err := t.db.store.Delete(ctx, key); err != nil {
+				return out, err
+			}
+			t.db.seals.Remove(key)
+			t.db.stats.GensReclaimed.Add(1)
+			out = append(out, GenRef{Shard: shard, Gen: g})
 		}
-		if err := t.db.store.DeleteMany(ctx, seal); err != nil {
-			return out, err
-		}
-		t.db.stats.GensReclaimed.Add(1)
-		out = append(out, GenRef{Shard: g.shard, Gen: g.gen})
 	}
 	return out, nil
 }
@@ -455,7 +566,7 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 	if err != nil {
 		return 0, 0, err
 	}
-	cutoff := cfg.Now().Add(-cfg.RetainAge)
+	cutoff := t.db.rt.Now().Add(-cfg.RetainAge)
 	var doomed []uint64
 	for i, v := range vs {
 		keep := i >= len(vs)-cfg.RetainVersions || entries[i].LastModified.After(cutoff)
@@ -475,6 +586,9 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 	for _, v := range doomed {
 		m, err := t.loadManifest(ctx, v)
 		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return versions, files, err
+		}
+		if err := t.db.point(ctx, "collect:before-delete"); err != nil {
 			return versions, files, err
 		}
 		if err := t.db.store.Delete(ctx, t.lay.Version(v)); err != nil {

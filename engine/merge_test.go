@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 )
@@ -141,26 +143,35 @@ func testWriteCrashPoints(t *testing.T, sc storeCase) {
 	}
 }
 
-// A put whose response was lost may have landed: the writer never reuses
-// its segment number, and the row, though unacknowledged, is consistent.
+// A put whose response was lost may have landed: the writer tells its own
+// landed segment (and its own head swap) from another writer's, so the
+// append is acknowledged once, with one copy of the row.
 func TestLostSegmentResponse(t *testing.T) { forStores(t, testLostSegmentResponse, false) }
 
 func testLostSegmentResponse(t *testing.T, sc storeCase) {
-	fb := faulty.New(sc.open(t))
-	e := newEnv(t, fb, testConfig("s0"))
-	fb.LoseResponse(faulty.OpPut, faulty.KeyContains("/wal/"), errors.New("connection reset"))
-	_, err := e.tb.Append(context.Background(), Record{ID: "a", RolloutID: "r"}, bytes.NewReader(payloadFor("a", 10)), 10)
-	if err == nil {
-		t.Fatal("lost response reported success")
+	for _, key := range []string{".arrow", "_head.json"} {
+		t.Run(key, func(t *testing.T) {
+			fb := faulty.New(sc.open(t))
+			e := newEnv(t, fb, testConfig("s0"))
+			e.put("warm", 1)
+			rule := fb.LoseResponse(faulty.OpPut, faulty.KeyContains(key), errors.New("connection reset"))
+			e.put("a", 10)
+			if rule.Fired() != 1 {
+				t.Fatalf("the lost response was not exercised (%d)", rule.Fired())
+			}
+			e.put("b", 10)
+			// The retry of a finds the row: an identical retry, not a second copy.
+			res, err := e.tb.Append(context.Background(), Record{ID: "a", RolloutID: "r-a", Sequence: 1}, bytes.NewReader(payloadFor("a", 10)), 10)
+			if err != nil || res.Created {
+				t.Fatalf("retry: %+v %v", res, err)
+			}
+			m := e.merge()
+			if m.Rows != 3 || m.Duplicates != 0 {
+				t.Fatalf("merge: %+v", m)
+			}
+			checkAll(t, e.tb, map[string]int{"warm": 1, "a": 10, "b": 10})
+		})
 	}
-	e.put("b", 10)
-	// The retry of a finds the landed row: an identical retry, not a conflict.
-	res, err := e.tb.Append(context.Background(), Record{ID: "a", RolloutID: "r"}, bytes.NewReader(payloadFor("a", 10)), 10)
-	if err != nil || res.Created {
-		t.Fatalf("retry: %+v %v", res, err)
-	}
-	e.merge()
-	checkAll(t, e.tb, map[string]int{"a": 10, "b": 10})
 }
 
 func TestAppendsDuringMergeNotBlockedNorLost(t *testing.T) {
@@ -301,16 +312,26 @@ func testTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T, sc storeCase) {
 			acked[id] = i * 100
 		}
 	}
-	// The same id slipping through on both shards (their existence checks
-	// raced): written to each shard's WAL directly.
+	// The same id slipping through on both shards: both existence checks
+	// pass before either commits.
+	gates := []*hook.Gate{a.hooks.Pause("write:checked"), b.hooks.Pause("write:checked")}
+	errs := make(chan error, 2)
 	for _, e := range []*env{a, b} {
-		w, _ := e.tb.shardWriter(context.Background())
-		rec := Record{ID: "dup", RolloutID: "from-" + e.db.cfg.Shard, CreatedAt: e.db.cfg.Now(), ContentType: "x"}
-		if err := w.stream(context.Background(), &rec, bytes.NewReader([]byte("p")), 1); err != nil {
+		go func() {
+			_, err := e.tb.Append(context.Background(), Record{ID: "dup", RolloutID: "from-" + e.db.cfg.Shard, ContentType: "x"}, strings.NewReader("p"), 1)
+			errs <- err
+		}()
+	}
+	for _, g := range gates {
+		if err := g.Wait(waitCtx(t)); err != nil {
 			t.Fatal(err)
 		}
-		req := &appendReq{recs: []*Record{&rec}, done: make(chan struct{})}
-		if err := w.writeSegment(w.currentGen(), []*appendReq{req}); err != nil {
+	}
+	for _, g := range gates {
+		g.Release()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -368,7 +389,8 @@ func testBoundedPassLeftoversAndOversizedGeneration(t *testing.T, sc storeCase) 
 		}
 	}
 	ctx := context.Background()
-	res, err := e.tb.Merge(ctx, MergeOptions{MaxBytes: 110 << 10})
+	// Each generation is about 57 KiB of segments: two fit the budget.
+	res, err := e.tb.Merge(ctx, MergeOptions{MaxBytes: 150 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +398,7 @@ func testBoundedPassLeftoversAndOversizedGeneration(t *testing.T, sc storeCase) 
 		t.Fatalf("bounded pass: %+v", res)
 	}
 	checkAll(t, e.tb, acked)
-	res, err = e.tb.Merge(ctx, MergeOptions{MaxBytes: 110 << 10})
+	res, err = e.tb.Merge(ctx, MergeOptions{MaxBytes: 150 << 10})
 	if err != nil || len(res.Merged) != 1 || res.Leftover {
 		t.Fatalf("second pass: %+v %v", res, err)
 	}

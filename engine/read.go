@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/objstore"
@@ -18,9 +21,9 @@ type ReadOptions struct {
 	Version uint64
 }
 
-// maxRetries bounds how often a read retries after a WAL file vanished
-// under it (invariant 6): a concurrent merge reclaims a generation at most
-// once per commit, so two retries against fresh snapshots suffice; a file
+// maxRetries bounds how often a read retries after a file vanished under
+// it (invariant 6): a concurrent merge reclaims a generation at most once
+// per commit, so two retries against fresh snapshots suffice; a file
 // still missing after that is an error, not a loop.
 const maxRetries = 2
 
@@ -44,66 +47,63 @@ func (t *Table) Get(ctx context.Context, id string, opts ReadOptions) (*Record, 
 // withRow finds id and calls use with its location, recovering from
 // files reclaimed under the read:
 //
-//  1. Base first, from the resident snapshot: immutable ids make a base hit
-//     final, and a warm hit costs no listing.
-//  2. Otherwise a refresh that started after the read began (so every write
-//     acknowledged before the read is visible): its base, then its pending
-//     generations.
-//  3. The refresh lists the WAL before it probes for the newest base, so a
-//     complete miss has already looked at the latest base after the WAL:
-//     a row merged and reclaimed meanwhile is found in that base, never
-//     reported absent (see refreshSnapshot).
+//  1. The resident snapshot first: its base, then its pending
+//     generations. Ids are immutable, so a row found there is the row; a
+//     hit costs no request beyond the row itself.
+//  2. Otherwise a refresh that started after the read began (so every
+//     write acknowledged before the read is visible): its base, then its
+//     pending generations. A miss there is final (see refreshSnapshot).
 //
-// If use fails with objstore.ErrNotFound, the file was reclaimed (or, for a
-// stale snapshot, collected): retry against a fresh snapshot, at most
-// maxRetries times, counted in *attempts across calls for one logical read.
+// If use fails with objstore.ErrNotFound, the file was reclaimed (or, for
+// a stale snapshot, collected): retry against a refresh that also probes
+// for the newest base, at most maxRetries times, counted in *attempts
+// across calls for one logical read.
 func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attempts *int, use func(context.Context, location) error) error {
-	if t.dropped.Load() {
-		return fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+	if err := t.live(); err != nil {
+		return err
 	}
 	if opts.Version > 0 {
 		return t.withPinned(ctx, id, opts.Version, use)
 	}
 	st := t.db.stats
-	hooks := t.db.cfg.Hooks
 	ticket := t.refresh.ticket()
 	resident := t.snap.Load()
 	known := resident.version()
-	if s := resident; s != nil && *attempts == 0 {
-		if loc, ok := s.findBase(id); ok {
-			if err := hooks.Call(ctx, "read:located"); err != nil {
+	probe := *attempts > 0
+	if resident != nil && *attempts == 0 {
+		if loc, ok := resident.find(id); ok {
+			if err := t.db.point(ctx, "read:located"); err != nil {
 				return err
 			}
 			err := use(ctx, loc)
 			if err == nil {
-				st.ReadBaseHits.Add(1)
+				if loc.inBase {
+					st.ReadBaseHits.Add(1)
+				} else {
+					st.ReadWALHits.Add(1)
+				}
 				return nil
 			}
 			if !errors.Is(err, objstore.ErrNotFound) {
 				return err
 			}
-			// A data file of a stale snapshot was collected; recover below.
+			// A file of a stale snapshot was reclaimed or collected.
 			*attempts++
 			st.ReadRetries.Add(1)
+			probe = true
 		}
 	}
 	for {
-		s, err := t.refreshed(ctx, ticket)
+		s, err := t.refreshed(ctx, ticket, probe)
 		if err != nil {
 			return err
 		}
-		loc, ok := s.findBase(id)
-		if !ok {
-			if loc, ok, err = s.findWAL(id); err != nil {
-				st.ReadOverloaded.Add(1)
-				return err
-			}
-		}
+		loc, ok := s.find(id)
 		if !ok {
 			st.ReadAbsent.Add(1)
 			return fmt.Errorf("%w: %q", ErrNotFound, id)
 		}
-		if err := hooks.Call(ctx, "read:located"); err != nil {
+		if err := t.db.point(ctx, "read:located"); err != nil {
 			return err
 		}
 		err = use(ctx, loc)
@@ -127,22 +127,24 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 		}
 		*attempts++
 		st.ReadRetries.Add(1)
-		ticket = t.refresh.ticket()
+		ticket, probe = t.refresh.ticket(), true
 	}
 }
 
-// withPinned reads from exactly one base version, once.
+// withPinned reads from exactly one base version, once. The version must
+// still be retained when the read begins (in any process: the check is a
+// HEAD of its manifest, not this process's cache).
 func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(context.Context, location) error) error {
 	s, err := t.pinnedSnapshot(ctx, v)
 	if err != nil {
 		return err
 	}
-	loc, ok := s.findBase(id)
+	loc, ok := s.base.find(id)
 	if !ok {
 		t.db.stats.ReadAbsent.Add(1)
 		return fmt.Errorf("%w: %q in version %d", ErrNotFound, id, v)
 	}
-	if err := t.db.cfg.Hooks.Call(ctx, "read:located"); err != nil {
+	if err := t.db.point(ctx, "read:located"); err != nil {
 		return err
 	}
 	err = use(ctx, loc)
@@ -158,15 +160,22 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 	return err
 }
 
-// pinnedSnapshot returns the base-only snapshot of version v, cached;
-// ErrVersionGone or ErrNoVersion when its manifest is missing.
+// pinnedSnapshot returns the base-only view of version v if v is still
+// retained: ErrVersionGone or ErrNoVersion when its manifest is missing.
 func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error) {
+	if _, err := t.db.store.Head(ctx, t.lay.Version(v)); err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			t.pinned.Remove(v)
+			return nil, t.versionMissing(ctx, v)
+		}
+		return nil, err
+	}
 	s, err := t.pinned.GetOrLoad(ctx, v, func(ctx context.Context) (*snapshot, int64, error) {
-		s, err := t.loadBase(ctx, v)
+		b, err := t.loadBase(ctx, v)
 		if err != nil {
 			return nil, 0, err
 		}
-		return s, s.manifestSize(), nil
+		return &snapshot{base: b, shards: map[string]*shardView{}, size: b.size}, b.size, nil
 	})
 	if errors.Is(err, objstore.ErrNotFound) {
 		return nil, t.versionMissing(ctx, v)
@@ -185,11 +194,11 @@ func (t *Table) versionMissing(ctx context.Context, v uint64) error {
 	return fmt.Errorf("%w: %d (latest is %d)", ErrNoVersion, v, latest)
 }
 
-// readRow fetches a row's batch (one ranged GET, or none when cached; batches
-// are immutable) and returns the row without payload bytes.
+// readRow fetches a row's batch (one ranged GET, or none when cached;
+// batches are immutable) and returns the row without payload bytes.
 func (t *Table) readRow(ctx context.Context, loc location) (*Record, error) {
 	ck := loc.key + "#" + strconv.FormatInt(loc.batch.Offset, 10)
-	rows, err := t.db.batches.GetOrLoad(ctx, t.ck(ck), func(ctx context.Context) ([]rowfile.Record, int64, error) {
+	rows, err := t.db.batches.GetOrLoad(ctx, ck, func(ctx context.Context) ([]rowfile.Record, int64, error) {
 		rows, err := t.fetchBatch(ctx, loc, false)
 		if err != nil {
 			return nil, 0, err
@@ -212,29 +221,18 @@ func (t *Table) readRow(ctx context.Context, loc location) (*Record, error) {
 
 // fetchBatch reads and decodes the batch holding loc's row: one ranged GET.
 func (t *Table) fetchBatch(ctx context.Context, loc location, withPayload bool) ([]rowfile.Record, error) {
-	rc, err := t.db.store.GetRange(ctx, loc.key, loc.batch.Offset, loc.batch.Length)
+	data, err := readRange(ctx, t.db.store, loc.key, loc.batch.Offset, loc.batch.Length)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
-	data := make([]byte, loc.batch.Length)
-	if _, err := io.ReadFull(rc, data); err != nil {
-		return nil, readErr(loc.key, err)
+	if int64(len(data)) != loc.batch.Length {
+		return nil, fmt.Errorf("%s: short read: %w", loc.key, io.ErrUnexpectedEOF)
 	}
 	rows, err := rowfile.DecodeBatch(data, withPayload)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.key, err)
 	}
 	return rows, nil
-}
-
-// readErr keeps ErrNotFound visible through a short read: a body cut off
-// because its object vanished is the retryable case, not corruption.
-func readErr(key string, err error) error {
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: short read: %w", key, err)
-	}
-	return err
 }
 
 // RangeError reports a payload range that starts past the payload's end.
@@ -247,9 +245,13 @@ func (e *RangeError) Error() string {
 // Payload is an open payload read. Close it to release its share of the
 // in-flight byte budget.
 type Payload struct {
+	// Record describes the payload: id, size, checksum, content type and
+	// creation time (the other fields are not loaded; use Get).
 	Record *Record
 	// Offset and Length are the range being served.
 	Offset, Length int64
+	// Cached reports that the bytes come from the payload cache.
+	Cached bool
 
 	t        *Table
 	opts     ReadOptions
@@ -259,8 +261,17 @@ type Payload struct {
 	release  func()
 }
 
+// payloadRecord is what a row's location says about its payload.
+func payloadRecord(loc location) *Record {
+	l := loc.loc
+	return &Record{ID: l.ID, PayloadSize: l.Size, PayloadSHA256: l.SHA256, ContentType: l.ContentType,
+		CreatedAt: time.UnixMicro(l.CreatedAt).UTC(), PayloadRef: l.Ref}
+}
+
 // OpenPayload opens length bytes of a payload from offset (length < 0: to
-// the end). The bytes stream from the store; if the file under the read is
+// the end). What the response needs is in the row's location, so the
+// payload's bytes are the only request: served from the payload cache
+// when hot, else streamed from the store. If the file under the read is
 // reclaimed mid-stream, the read resumes from the row's new home at the
 // same offset, within the same bounded retries.
 func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
@@ -269,11 +280,8 @@ func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64
 	}
 	p := &Payload{t: t, opts: opts}
 	err := t.withRow(ctx, id, opts, &p.attempts, func(ctx context.Context, loc location) error {
-		rec, err := t.readRow(ctx, loc)
-		if err != nil {
-			return err
-		}
 		if p.Record == nil {
+			rec := payloadRecord(loc)
 			if offset < 0 || offset > rec.PayloadSize {
 				return &RangeError{Size: rec.PayloadSize}
 			}
@@ -282,21 +290,30 @@ func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64
 				n = length
 			}
 			p.Record, p.Offset, p.Length = rec, offset, n
-			release, err := t.db.budget.reserve(n)
+		}
+		if err := t.db.point(ctx, "read:row-read"); err != nil {
+			return err
+		}
+		if data, ok, err := t.cachedPayload(ctx, loc); err != nil {
+			return err
+		} else if ok {
+			p.Cached = true
+			p.rc = io.NopCloser(bytes.NewReader(data[p.Offset+p.read : p.Offset+p.Length]))
+			return nil
+		}
+		if p.release == nil {
+			release, err := t.db.budget.reserve(p.Length)
 			if err != nil {
 				t.db.stats.ReadOverloaded.Add(1)
 				return err
 			}
 			p.release = release
 		}
-		if err := t.db.cfg.Hooks.Call(ctx, "read:row-read"); err != nil {
-			return err
-		}
 		rc, err := t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
 		if err != nil {
 			return err
 		}
-		if err := t.db.cfg.Hooks.Call(ctx, "read:payload-opened"); err != nil {
+		if err := t.db.point(ctx, "read:payload-opened"); err != nil {
 			rc.Close()
 			return err
 		}
@@ -310,19 +327,45 @@ func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64
 	return p, nil
 }
 
+// cachedPayload returns a whole payload small enough for the payload
+// cache, from the cache or fetched (one GET) and checked against its
+// checksum. ok is false for payloads the cache does not take.
+func (t *Table) cachedPayload(ctx context.Context, loc location) ([]byte, bool, error) {
+	cfg := t.db.cfg
+	l := loc.loc
+	if cfg.PayloadCacheBytes <= 0 || l.Size > cfg.PayloadCacheMaxItem || l.Size > cfg.PayloadCacheBytes/4 {
+		return nil, false, nil
+	}
+	data, err := t.db.payloads.GetOrLoad(ctx, payloadKey{sum: l.SHA256, size: l.Size}, func(ctx context.Context) ([]byte, int64, error) {
+		rc, err := t.openSpan(ctx, loc, 0, l.Size)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer rc.Close()
+		buf := make([]byte, l.Size)
+		if _, err := io.ReadFull(rc, buf); err != nil {
+			return nil, 0, readErr(loc.key, err)
+		}
+		if sha256.Sum256(buf) != l.SHA256 {
+			return nil, 0, fmt.Errorf("%w: payload of %q does not match its checksum", rowfile.ErrCorrupt, l.ID)
+		}
+		return buf, int64(len(buf)) + 64, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return data, true, nil
+}
+
 func (t *Table) openSpan(ctx context.Context, loc location, off, n int64) (io.ReadCloser, error) {
 	if n == 0 {
-		return io.NopCloser(eofReader{}), nil
+		return io.NopCloser(bytes.NewReader(nil)), nil
 	}
 	if loc.loc.Ref != "" {
 		return t.db.store.GetRange(ctx, loc.loc.Ref, off, n)
 	}
 	return t.db.store.GetRange(ctx, loc.key, loc.loc.POff+off, n)
 }
-
-type eofReader struct{}
-
-func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
 // ReadContext reads with ctx used for any re-open after a mid-stream loss.
 func (p *Payload) ReadContext(ctx context.Context, b []byte) (int, error) {
@@ -347,7 +390,7 @@ func (p *Payload) ReadContext(ctx context.Context, b []byte) (int, error) {
 		if !errors.Is(err, objstore.ErrNotFound) {
 			return 0, err
 		}
-		if rerr := p.reopen(ctx); rerr != nil {
+		if rerr := p.reopen(ctx, err); rerr != nil {
 			return 0, rerr
 		}
 	}
@@ -357,19 +400,24 @@ func (p *Payload) ReadContext(ctx context.Context, b []byte) (int, error) {
 func (p *Payload) Read(b []byte) (int, error) { return p.ReadContext(context.Background(), b) }
 
 // reopen finds the row again after its file vanished mid-stream and opens
-// the rest of the range there. The content is immutable, which the checksum
-// comparison enforces.
-func (p *Payload) reopen(ctx context.Context) error {
+// the rest of the range there. Every reopen counts as an attempt, whether
+// or not the open succeeds, so a body that keeps failing ends in
+// ErrMissingFile after the bounded retries. The content is immutable, which
+// the checksum comparison enforces.
+func (p *Payload) reopen(ctx context.Context, cause error) error {
 	p.rc.Close()
 	p.rc = nil
-	want := p.Record.PayloadSHA256
+	st := p.t.db.stats
+	if p.attempts >= maxRetries {
+		st.ReadMissingFile.Add(1)
+		return fmt.Errorf("%w: payload of %q after %d attempts: %w", ErrMissingFile, p.Record.ID, p.attempts+1, cause)
+	}
+	p.attempts++
+	st.ReadRetries.Add(1)
+	want := p.Record
 	return p.t.withRow(ctx, p.Record.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
-		rec, err := p.t.readRow(ctx, loc)
-		if err != nil {
-			return err
-		}
-		if rec.PayloadSHA256 != want || rec.PayloadSize != p.Record.PayloadSize {
-			return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, rec.ID)
+		if loc.loc.SHA256 != want.PayloadSHA256 || loc.loc.Size != want.PayloadSize {
+			return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, want.ID)
 		}
 		rc, err := p.t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
 		if err != nil {
@@ -396,10 +444,11 @@ func (p *Payload) Close() error {
 
 // lookupMany returns, for each record's id, the row a read beginning now
 // would return (nil when absent), sharing one refresh among all of them: a
-// batch append checks its ids in one round, not one refresh per row.
-func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, error) {
-	if t.dropped.Load() {
-		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+// batch append checks its ids in one round, not one refresh per row. It
+// also returns the snapshot it consulted last.
+func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, *snapshot, error) {
+	if err := t.live(); err != nil {
+		return nil, nil, err
 	}
 	out := make([]*Record, len(recs))
 	ticket := t.refresh.ticket()
@@ -407,34 +456,29 @@ func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, erro
 	resident := t.snap.Load()
 	for i, r := range recs {
 		if resident != nil {
-			if loc, ok := resident.findBase(r.ID); ok {
+			if loc, ok := resident.find(r.ID); ok {
 				rec, err := t.readRow(ctx, loc)
 				if err == nil {
 					out[i] = rec
 					continue
 				}
 				if !errors.Is(err, objstore.ErrNotFound) {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 		}
 		rest = append(rest, i)
 	}
 	if len(rest) == 0 {
-		return out, nil
+		return out, resident, nil
 	}
-	s, err := t.refreshed(ctx, ticket)
+	s, err := t.refreshed(ctx, ticket, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, i := range rest {
 		id := recs[i].ID
-		loc, ok := s.findBase(id)
-		if !ok {
-			if loc, ok, err = s.findWAL(id); err != nil {
-				return nil, err
-			}
-		}
+		loc, ok := s.find(id)
 		if !ok {
 			continue
 		}
@@ -447,9 +491,9 @@ func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, erro
 			}
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[i] = rec
 	}
-	return out, nil
+	return out, s, nil
 }

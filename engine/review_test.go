@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollstore/rollstore/internal/sched"
+	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
 	"github.com/rollstore/rollstore/objstore/objstoretest"
@@ -21,10 +23,18 @@ func TestUnknownOutcomeKeepsExternalPayload(t *testing.T) {
 	fb := faulty.New(memory.New())
 	e := newEnv(t, fb, testConfig("s0"))
 	size := 20 << 10 // external
-	fb.LoseResponse(faulty.OpPut, faulty.KeyContains("/wal/"), errors.New("connection reset"))
-	if err := appendSized(e.tb, "x", size); err == nil {
-		t.Fatal("lost response reported success")
+	e.put("warm", 1)
+	// The head swap lands but its answer is lost, and the writer cannot
+	// look: the outcome is unknown.
+	e.hooks.Do("head:cas", func(context.Context) error {
+		fb.LoseResponse(faulty.OpPut, faulty.KeyContains("_head.json"), errors.New("connection reset"))
+		fb.Fail(faulty.OpHead, faulty.KeyContains("_head.json"), objstore.ErrThrottled, faulty.Times(8))
+		return nil
+	})
+	if err := appendSized(e.tb, "x", size); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("unknown outcome reported as %v", err)
 	}
+	fb.Reset()
 	if err := appendSized(e.tb, "x", size); err != nil { // the client's identical retry
 		t.Fatal(err)
 	}
@@ -39,7 +49,8 @@ func TestCancelledQueuedAppendKeepsPayload(t *testing.T) {
 	fb := faulty.New(memory.New())
 	e := newEnv(t, fb, testConfig("s0"))
 	size := 20 << 10
-	gate := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/wal/"))
+	e.put("warm", 1)
+	gate := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -67,7 +78,7 @@ func TestSweepDoesNotRaceForeignMerge(t *testing.T) {
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
 	cfg := testConfig("s0")
-	cfg.Now, cfg.LeaseDuration = clk.Now, -1 // no leases: the ordering alone must hold
+	cfg.Runtime, cfg.LeaseDuration = sched.WithClock(clk.Now), -1 // no leases: the ordering alone must hold
 	w := newEnv(t, mem, cfg)
 	size := 20 << 10
 	if err := appendSized(w.tb, "x", size); err != nil {

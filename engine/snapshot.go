@@ -9,46 +9,102 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
 
 // snapshot is an immutable view of a table: one base version with the
-// layouts of its data files, and the pending generations (those above the
-// base's watermarks) as they were listed. Readers share it without locks; a
-// refresh builds a new one and swaps the pointer.
+// layouts of its data files, and per shard the pending generations (those
+// above the base's watermark, up to the shard's head as last observed)
+// with the layouts of their segments. Readers share it without locks; a
+// refresh builds a new one (sharing what did not change) and swaps the
+// pointer.
 type snapshot struct {
-	m       *Manifest
-	files   []baseFile
-	pending []genView
-	// walLoaded is false for snapshots that hold only a base (pinned reads,
-	// the "check the latest base once more" step).
-	walLoaded bool
-	// capErr is set when the pending generations exceed a read cap; WAL
-	// lookups on this snapshot are refused with it.
-	capErr error
-	// flight is the refresh that built it (0 for pinned snapshots).
-	flight  uint64
-	builtAt time.Time
+	base   *baseView
+	shards map[string]*shardView
+	names  []string // shard names, sorted: the order of WAL lookups
+	reg    *registry
+	// pendingGens counts pending generations over all shards.
+	pendingGens int
+	// size is what the snapshot holds in memory, layouts included.
+	size         int64
+	flight       uint64
+	baseProbedAt time.Time
+}
+
+type baseView struct {
+	m     *Manifest
+	files []baseFile
+	size  int64
 }
 
 type baseFile struct {
-	meta    FileMeta
-	key     string
-	layout  *rowfile.Layout
-	version uint64
+	meta   FileMeta
+	key    string
+	layout *rowfile.Layout
+}
+
+type shardView struct {
+	head head
+	gens []*genView // ascending and contiguous from the watermark + 1
 }
 
 type genView struct {
 	shard  string
 	gen    uint64
 	sealed bool
-	segs   []segView
+	segs   []segView // segments 1..n
+	// index lists every row of a sealed generation by id, so a lookup
+	// costs one binary search per generation, not one per segment.
+	index []genRow
+	size  int64
 }
 
 type segView struct {
 	seq    uint64
 	key    string
 	layout *rowfile.Layout
+}
+
+type genRow struct {
+	id  string
+	seg int32
+	row int32
+}
+
+func newGenView(shard string, gen uint64, sealed bool, segs []segView) *genView {
+	g := &genView{shard: shard, gen: gen, sealed: sealed, segs: segs, size: 128}
+	for _, s := range segs {
+		g.size += s.layout.MemSize() + 64
+	}
+	if sealed && len(segs) > 1 {
+		for si, s := range segs {
+			for ri := range s.layout.Rows {
+				g.index = append(g.index, genRow{id: s.layout.Rows[ri].ID, seg: int32(si), row: int32(ri)})
+			}
+		}
+		// Stable: for an id in two segments the earlier one wins.
+		sort.SliceStable(g.index, func(i, j int) bool { return g.index[i].id < g.index[j].id })
+		g.size += int64(len(g.index)) * 40
+	}
+	return g
+}
+
+func (g *genView) find(id string) (segView, rowfile.Loc, bool) {
+	if g.index != nil {
+		i := sort.Search(len(g.index), func(i int) bool { return g.index[i].id >= id })
+		if i < len(g.index) && g.index[i].id == id {
+			s := g.segs[g.index[i].seg]
+			return s, s.layout.Rows[g.index[i].row], true
+		}
+		return segView{}, rowfile.Loc{}, false
+	}
+	for _, s := range g.segs {
+		if l, ok := s.layout.Find(id); ok {
+			return s, l, true
+		}
+	}
+	return segView{}, rowfile.Loc{}, false
 }
 
 // location is where a row was found: the file, the batch holding its
@@ -63,69 +119,66 @@ type location struct {
 	gen     uint64
 }
 
-func (s *snapshot) findBase(id string) (location, bool) {
-	for i := range s.files {
-		f := &s.files[i]
+func (b *baseView) find(id string) (location, bool) {
+	for i := range b.files {
+		f := &b.files[i]
 		if !f.meta.covers(id) {
 			continue
 		}
 		if l, ok := f.layout.Find(id); ok {
-			return location{key: f.key, batch: f.layout.Batches[l.Batch], loc: l, inBase: true, version: s.m.Version}, true
+			return location{key: f.key, batch: f.layout.Batches[l.Batch], loc: l, inBase: true, version: b.m.Version}, true
 		}
 	}
 	return location{}, false
 }
 
-// findWAL looks through pending generations in (shard, generation, segment)
-// order, which is also the order the merge uses to pick among cross-shard
-// duplicates, so a row read from the WAL is the row the base will keep.
-func (s *snapshot) findWAL(id string) (location, bool, error) {
-	if s.capErr != nil {
-		return location{}, false, s.capErr
-	}
-	for _, g := range s.pending {
-		for _, seg := range g.segs {
-			if l, ok := seg.layout.Find(id); ok {
-				return location{key: seg.key, batch: seg.layout.Batches[l.Batch], loc: l, shard: g.shard, gen: g.gen}, true, nil
+// findWAL looks through pending generations in (shard, generation,
+// segment) order, which is also the order the merge uses to pick among
+// cross-shard duplicates, so a row read from the WAL is the row the base
+// will keep.
+func (s *snapshot) findWAL(id string) (location, bool) {
+	for _, name := range s.names {
+		for _, g := range s.shards[name].gens {
+			if seg, l, ok := g.find(id); ok {
+				return location{key: seg.key, batch: seg.layout.Batches[l.Batch], loc: l, shard: name, gen: g.gen}, true
 			}
 		}
 	}
-	return location{}, false, nil
+	return location{}, false
 }
 
-// manifestSize estimates the memory a snapshot holds beyond the shared
-// layouts, for byte-bounded caches.
-func (s *snapshot) manifestSize() int64 {
-	n := int64(512)
-	for _, f := range s.m.Files {
-		n += int64(len(f.Name)+len(f.MinID)+len(f.MaxID)) + 160
+// find looks in the base, then the WAL.
+func (s *snapshot) find(id string) (location, bool) {
+	if l, ok := s.base.find(id); ok {
+		return l, true
 	}
-	return n
+	return s.findWAL(id)
 }
 
 func (s *snapshot) version() uint64 {
-	if s == nil || s.m == nil {
+	if s == nil {
 		return 0
 	}
-	return s.m.Version
+	return s.base.m.Version
 }
 
-// loadBase builds a base-only snapshot of version v (0: empty base).
-func (t *Table) loadBase(ctx context.Context, v uint64) (*snapshot, error) {
+// loadBase builds the view of base version v (0: the empty base).
+func (t *Table) loadBase(ctx context.Context, v uint64) (*baseView, error) {
 	if v == 0 {
-		return &snapshot{m: emptyManifest(), builtAt: t.db.cfg.Now()}, nil
+		return &baseView{m: emptyManifest(), size: 256}, nil
 	}
 	m, err := t.loadManifest(ctx, v)
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{m: m, builtAt: t.db.cfg.Now(), files: make([]baseFile, len(m.Files))}
-	for i, f := range m.Files {
+	b := &baseView{m: m, files: make([]baseFile, len(m.Files)), size: 512}
+	err = sched.Parallel(ctx, t.db.rt, len(m.Files), 16, func(ctx context.Context, i int) error {
+		f := m.Files[i]
 		dataKey, idxKey, err := dataKeys(t.lay, f.Name)
 		if err != nil {
-			return nil, fmt.Errorf("base version %d: %w", v, err)
+			return fmt.Errorf("%w: base version %d: %w", ErrCorruptObject, v, err)
 		}
-		lay, err := t.db.layouts.GetOrLoad(ctx, t.ck(idxKey), func(ctx context.Context) (*rowfile.Layout, int64, error) {
+		lay, err := t.db.layouts.GetOrLoad(ctx, idxKey, func(ctx context.Context) (*rowfile.Layout, int64, error) {
 			data, _, err := objstore.ReadAll(ctx, t.db.store, idxKey, max(f.IndexBytes, 1)<<1+(64<<10))
 			if err != nil {
 				return nil, 0, err
@@ -137,252 +190,338 @@ func (t *Table) loadBase(ctx context.Context, v uint64) (*snapshot, error) {
 			return l, l.MemSize(), nil
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		s.files[i] = baseFile{meta: f, key: dataKey, layout: lay, version: v}
+		b.files[i] = baseFile{meta: f, key: dataKey, layout: lay}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	for _, f := range b.files {
+		b.size += f.layout.MemSize() + int64(len(f.meta.Name)+len(f.meta.MinID)+len(f.meta.MaxID)) + 160
+	}
+	return b, nil
 }
 
-// refreshSnapshot builds the latest view: the WAL listing first, then the
-// newest base. The order is what makes a miss trustworthy: a generation
-// reclaimed before the listing was merged into a base committed before the
-// reclaim, so the base found after the listing holds its rows. (This is the
-// "check the latest base once more after a WAL miss" of DESIGN.md, done once
-// inside the refresh instead of after it.) A listed generation whose files
-// vanish before their layouts load was merged into a still newer base: the
-// refresh starts over, a bounded number of times.
-func (t *Table) refreshSnapshot(ctx context.Context, flight uint64) (*snapshot, error) {
+// maxRefreshAttempts bounds how often one refresh starts over because a
+// generation it was loading was reclaimed (merged into a newer base, which
+// the next attempt loads).
+const maxRefreshAttempts = 4
+
+// refreshSnapshot builds the latest view from cur. A read that begins
+// after a write was acknowledged sees it, in any process:
+//
+//   - The write's segment became part of its generation by a swap of the
+//     shard's head, before the acknowledgement; the writer's shard was
+//     active in the registry then (a writer registers as active before
+//     it acknowledges, and leaves the active set only after its last
+//     acknowledgement).
+//   - This refresh starts after the read began. It reads the registry,
+//     and then probes the head of every shard that is active, or changed
+//     since the registry version cur was built from: so it sees that head,
+//     or a later one, and fetches every segment up to it.
+//   - A segment the head names but that is gone was reclaimed: its
+//     generation was merged into a base committed before the reclaim, and
+//     the refresh starts over, loading the newest base. So a complete miss
+//     needs no second look at the base: a row is never lost between the
+//     base and the WAL.
+func (t *Table) refreshSnapshot(ctx context.Context, flight uint64, probeBase bool) (*snapshot, error) {
 	t.db.stats.Refreshes.Add(1)
+	cur := t.snap.Load()
 	var lastErr error
-	for attempt := 0; attempt <= maxRetries; attempt++ {
-		gens, err := t.listWAL(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := t.db.cfg.Hooks.Call(ctx, "refresh:after-list"); err != nil {
-			return nil, err
-		}
-		cur := t.snap.Load()
-		// The descriptor check rides along with the version probe: a table
-		// dropped (and perhaps created again) by another process retires
-		// this handle instead of serving another incarnation's files.
-		var desc objstore.Attrs
-		var descErr error
-		var wg sync.WaitGroup
-		wg.Go(func() { desc, descErr = t.db.store.Head(ctx, t.lay.Descriptor()) })
-		v, err := t.latestVersion(ctx, cur.version())
-		wg.Wait()
-		if errors.Is(descErr, objstore.ErrNotFound) || (descErr == nil && desc.ETag != t.inc) {
-			t.dropped.Store(true)
-			return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
-		}
-		if descErr != nil {
-			return nil, descErr
-		}
-		if err != nil {
-			return nil, err
-		}
-		var s *snapshot
-		if cur != nil && cur.version() == v {
-			c := *cur
-			s = &c
-		} else if s, err = t.loadBase(ctx, v); err != nil {
-			return nil, err
-		}
-		if err := t.db.cfg.Hooks.Call(ctx, "refresh:after-base"); err != nil {
-			return nil, err
-		}
-		s.pending, s.capErr, err = t.loadPending(ctx, s.m, gens)
+	for attempt := 0; attempt < maxRefreshAttempts; attempt++ {
+		s, err := t.buildSnapshot(ctx, cur, flight, probeBase || attempt > 0)
 		if errors.Is(err, objstore.ErrNotFound) {
 			lastErr = err
 			t.db.stats.RefreshRetries.Add(1)
 			continue
 		}
-		if err != nil {
-			return nil, err
-		}
-		s.walLoaded, s.flight, s.builtAt = true, flight, t.db.cfg.Now()
-		return s, nil
+		return s, err
 	}
 	t.db.stats.ReadMissingFile.Add(1)
 	return nil, fmt.Errorf("%w: refreshing %s: %w", ErrMissingFile, t.Name(), lastErr)
 }
 
-// loadPending loads the layouts of every listed generation above the base's
-// watermarks. Sealed generations come from their seal record; open ones
-// from their segments (each read once, then cached: immutable). When the
-// pending generations exceed a read cap, it loads nothing and returns the
-// cap's error as capErr (the snapshot still serves the base).
-func (t *Table) loadPending(ctx context.Context, m *Manifest, gens []walGen) (pending []genView, capErr error, err error) {
-	perShard := map[string]int{}
-	var src []walGen // the listing of each pending generation
-	for _, g := range gens {
-		if g.gen <= m.watermark(g.shard) {
-			continue // merged; awaiting reclamation
-		}
-		perShard[g.shard]++
-		pending = append(pending, genView{shard: g.shard, gen: g.gen, sealed: g.sealed})
-		src = append(src, g)
+type headResult struct {
+	h   head
+	err error
+}
+
+func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64, probeBase bool) (*snapshot, error) {
+	if err := t.live(); err != nil {
+		return nil, err
 	}
-	cfg := t.db.cfg
-	for shard, n := range perShard {
-		if n > cfg.ReadMaxPendingPerShard {
-			return nil, fmt.Errorf("%w: shard %s has %d pending generations (cap %d)", ErrOverloaded, shard, n, cfg.ReadMaxPendingPerShard), nil
-		}
+	db := t.db
+	now := db.rt.Now()
+	var curReg *registry
+	if cur != nil {
+		curReg = cur.reg
 	}
-	if len(pending) > cfg.ReadMaxPendingTotal {
-		return nil, fmt.Errorf("%w: %d pending generations (cap %d)", ErrOverloaded, len(pending), cfg.ReadMaxPendingTotal), nil
-	}
-	// Load layouts concurrently: a cold snapshot may need many small GETs.
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-		sem      = make(chan struct{}, 16)
-	)
-	for i := range pending {
-		g := &pending[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			segs, err := t.loadGeneration(ctx, src[i])
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
+	doProbe := probeBase || cur == nil || now.Sub(cur.baseProbedAt) >= db.cfg.BaseProbeInterval
+
+	// Round one, in parallel: the registry, the heads of the shards active
+	// in the registry as last read, and a probe for a newer base when due.
+	var early []string
+	if curReg != nil {
+		for _, name := range sortedKeys(curReg.Shards) {
+			if curReg.Shards[name].Active {
+				early = append(early, name)
 			}
-			g.segs = segs
-		}()
+		}
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, nil, firstErr
+	heads := make([]headResult, len(early))
+	var regAttrs objstore.Attrs
+	var regErr, probeErr error
+	var probed uint64
+	known := cur.version()
+	n := 1 + len(early)
+	if doProbe {
+		n++
 	}
-	return pending, nil, nil
-}
-
-// walGen is one generation as listed.
-type walGen struct {
-	shard  string
-	gen    uint64
-	sealed bool
-	segs   []uint64 // listed segment numbers, ascending
-	bytes  int64
-	keys   []string // every key under the generation (for reclamation)
-	oldest time.Time
-}
-
-// listWAL lists every generation of every shard, in (shard, gen) order.
-func (t *Table) listWAL(ctx context.Context) ([]walGen, error) {
-	var out []walGen
-	err := t.db.store.List(ctx, t.lay.WALPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		k, ok := t.lay.ParseWAL(e.Key)
-		if !ok {
-			return nil
-		}
-		if n := len(out); n == 0 || out[n-1].shard != k.Shard || out[n-1].gen != k.Gen {
-			out = append(out, walGen{shard: k.Shard, gen: k.Gen, oldest: e.LastModified})
-		}
-		g := &out[len(out)-1]
-		g.keys = append(g.keys, e.Key)
-		if e.LastModified.Before(g.oldest) {
-			g.oldest = e.LastModified
-		}
+	err := sched.Parallel(ctx, db.rt, n, 64, func(ctx context.Context, i int) error {
 		switch {
-		case k.IsSeal:
-			g.sealed = true
-		case !k.IsOther:
-			g.segs = append(g.segs, k.Seg)
-			g.bytes += e.Size
+		case i == 0:
+			regAttrs, regErr = db.store.Head(ctx, t.lay.Registry())
+		case i <= len(early):
+			heads[i-1].h, heads[i-1].err = readHead(ctx, db, t.lay, early[i-1])
+		default:
+			probed, probeErr = t.latestVersion(ctx, known)
 		}
 		return nil
 	})
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].shard != out[j].shard {
-			return out[i].shard < out[j].shard
+	if err != nil {
+		return nil, err
+	}
+	if errors.Is(regErr, objstore.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
+	}
+	if regErr != nil {
+		return nil, regErr
+	}
+	if probeErr != nil {
+		return nil, probeErr
+	}
+	if err := db.point(ctx, "refresh:after-heads"); err != nil {
+		return nil, err
+	}
+	reg := curReg
+	if reg == nil || regAttrs.ETag != reg.etag {
+		r, _, err := readRegistry(ctx, db, t.lay)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
 		}
-		return out[i].gen < out[j].gen
-	})
-	return out, err
-}
-
-// loadGeneration returns the segments of a generation with their layouts.
-// A sealed generation's seal record is authoritative: segments it does not
-// list (a fenced writer's late writes) are not part of the generation.
-func (t *Table) loadGeneration(ctx context.Context, g walGen) ([]segView, error) {
-	if g.sealed {
-		seal, err := t.loadSeal(ctx, g.shard, g.gen)
 		if err != nil {
 			return nil, err
 		}
-		segs := make([]segView, len(seal.Segments))
-		for i, s := range seal.Segments {
-			segs[i] = segView{seq: s.Seq, key: t.lay.Segment(g.shard, g.gen, s.Seq), layout: s.Layout}
-		}
-		return segs, nil
+		reg = r
 	}
-	segs := make([]segView, 0, len(g.segs))
-	for _, seq := range g.segs {
-		key := t.lay.Segment(g.shard, g.gen, seq)
-		lay, err := t.segmentLayout(ctx, key)
+	if reg.Dropped {
+		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
+	}
+
+	// Every shard that may have acknowledged since cur was built.
+	got := map[string]headResult{}
+	for i, name := range early {
+		got[name] = heads[i]
+	}
+	var late []string
+	for _, name := range sortedKeys(reg.Shards) {
+		e := reg.Shards[name]
+		stale := curReg == nil || e.Changed > curReg.Version || cur.shards[name] == nil
+		if _, ok := got[name]; !ok && (e.Active || stale) {
+			late = append(late, name)
+		}
+	}
+	lateHeads := make([]headResult, len(late))
+	if err := sched.Parallel(ctx, db.rt, len(late), 64, func(ctx context.Context, i int) error {
+		lateHeads[i].h, lateHeads[i].err = readHead(ctx, db, t.lay, late[i])
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for i, name := range late {
+		got[name] = lateHeads[i]
+	}
+	for _, name := range sortedKeys(got) {
+		if r := got[name]; r.err != nil && !errors.Is(r.err, errNoHead) {
+			return nil, r.err
+		}
+	}
+
+	// The base: the newest of what cur had, what the registry names and
+	// what the probe found.
+	target := max(known, reg.Base, probed)
+	base := (*baseView)(nil)
+	if cur != nil && target == known {
+		base = cur.base
+	} else {
+		b, err := t.loadBase(ctx, target)
+		if errors.Is(err, objstore.ErrNotFound) && target != probed {
+			// The hinted version was collected meanwhile: a newer exists.
+			latest, lerr := t.listLatest(ctx)
+			if lerr != nil {
+				return nil, lerr
+			}
+			b, err = t.loadBase(ctx, latest)
+		}
 		if err != nil {
 			return nil, err
 		}
-		segs = append(segs, segView{seq: seq, key: key, layout: lay})
+		base = b
 	}
-	return segs, nil
+	if err := db.point(ctx, "refresh:after-base"); err != nil {
+		return nil, err
+	}
+
+	// The shards: reuse what did not change, fetch what is new.
+	s := &snapshot{base: base, shards: map[string]*shardView{}, reg: reg, flight: flight, baseProbedAt: now}
+	if !doProbe {
+		s.baseProbedAt = cur.baseProbedAt
+	}
+	var fetches []func(ctx context.Context) error
+	var mu sync.Mutex
+	names := map[string]bool{}
+	if cur != nil {
+		for name := range cur.shards {
+			names[name] = true
+		}
+	}
+	for name := range got {
+		names[name] = true
+	}
+	for _, name := range sortedKeys(names) {
+		wm := base.m.watermark(name)
+		var prev *shardView
+		if cur != nil {
+			prev = cur.shards[name]
+		}
+		old := map[uint64]*genView{}
+		if prev != nil {
+			for _, g := range prev.gens {
+				if g.gen > wm {
+					old[g.gen] = g
+				}
+			}
+		}
+		r, probedShard := got[name]
+		if !probedShard {
+			// Not probed: unchanged, less what the base now holds.
+			sv := &shardView{head: prev.head}
+			for _, g := range prev.gens {
+				if g.gen > wm {
+					sv.gens = append(sv.gens, g)
+				}
+			}
+			s.shards[name] = sv
+			continue
+		}
+		h := r.h // zero when the shard has no head yet
+		sv := &shardView{head: h}
+		s.shards[name] = sv
+		for g := wm + 1; g <= h.Gen; g++ {
+			if g == h.Gen && !h.Sealed && h.Segs == 0 {
+				break // claimed, nothing written yet: nothing pending
+			}
+			idx := len(sv.gens)
+			sv.gens = append(sv.gens, nil)
+			o := old[g]
+			sealed := g < h.Gen || h.Sealed
+			switch {
+			case o != nil && o.sealed:
+				sv.gens[idx] = o
+			case sealed:
+				gen, segs := g, h.Segs
+				headGen := g == h.Gen
+				fetches = append(fetches, func(ctx context.Context) error {
+					rec, err := t.loadSeal(ctx, name, gen)
+					if errors.Is(err, objstore.ErrNotFound) && headGen {
+						// The head is sealed but its record not written yet
+						// (its writer stopped in between): the head says
+						// how many segments to read.
+						var ss []sealedSegment
+						if ss, err = t.segmentLayouts(ctx, name, gen, 1, segs); err == nil {
+							rec = &sealRecord{Shard: name, Gen: gen, Segments: ss}
+						}
+					}
+					if err != nil {
+						return err
+					}
+					gv := newGenView(name, gen, true, segViews(t, name, gen, rec.Segments))
+					mu.Lock()
+					sv.gens[idx] = gv
+					mu.Unlock()
+					return nil
+				})
+			default: // the open generation
+				var have []segView
+				if o != nil {
+					have = o.segs
+				}
+				if uint64(len(have)) >= h.Segs {
+					sv.gens[idx] = newGenView(name, g, false, have[:h.Segs])
+					continue
+				}
+				gen, from, to := g, uint64(len(have))+1, h.Segs
+				fetches = append(fetches, func(ctx context.Context) error {
+					ss, err := t.segmentLayouts(ctx, name, gen, from, to)
+					if err != nil {
+						return err
+					}
+					all := append(append([]segView(nil), have...), segViews(t, name, gen, ss)...)
+					gv := newGenView(name, gen, false, all)
+					mu.Lock()
+					sv.gens[idx] = gv
+					mu.Unlock()
+					return nil
+				})
+			}
+		}
+	}
+	if err := sched.Parallel(ctx, db.rt, len(fetches), 8, func(ctx context.Context, i int) error {
+		return fetches[i](ctx)
+	}); err != nil {
+		return nil, err
+	}
+	s.names = sortedKeys(s.shards)
+	s.size = base.size + 256
+	for _, name := range s.names {
+		for _, g := range s.shards[name].gens {
+			s.pendingGens++
+			s.size += g.size
+		}
+	}
+	return s, nil
 }
 
-func (t *Table) segmentLayout(ctx context.Context, key string) (*rowfile.Layout, error) {
-	return t.db.layouts.GetOrLoad(ctx, t.ck(key), func(ctx context.Context) (*rowfile.Layout, int64, error) {
-		data, _, err := objstore.ReadAll(ctx, t.db.store, key, t.db.cfg.SegmentMaxBytes*2+(1<<20))
-		if err != nil {
-			return nil, 0, err
-		}
-		lay, _, err := rowfile.LayoutOf(data)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", key, err)
-		}
-		return lay, lay.MemSize(), nil
-	})
-}
-
-func (t *Table) loadSeal(ctx context.Context, shard string, gen uint64) (*sealRecord, error) {
-	key := t.lay.Seal(shard, gen)
-	return t.db.seals.GetOrLoad(ctx, t.ck(key), func(ctx context.Context) (*sealRecord, int64, error) {
-		data, _, err := objstore.ReadAll(ctx, t.db.store, key, t.db.cfg.MaxManifestBytes)
-		if err != nil {
-			return nil, 0, err
-		}
-		s, err := decodeSeal(data)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", key, err)
-		}
-		if s.Shard != shard || s.Gen != gen {
-			return nil, 0, fmt.Errorf("%s: seal record names %s/%d", key, s.Shard, s.Gen)
-		}
-		return s, int64(len(data)), nil
-	})
+func segViews(t *Table, shard string, gen uint64, ss []sealedSegment) []segView {
+	out := make([]segView, len(ss))
+	for i, s := range ss {
+		out[i] = segView{seq: s.Seq, key: t.lay.Segment(shard, gen, s.Seq), layout: s.Layout}
+	}
+	return out
 }
 
 // refresher deduplicates snapshot refreshes. A read must see every write
 // acknowledged before it began, so it may only join a refresh that started
 // after it began; one already running when the read began is waited out
-// and followed by a fresh one (which later readers share in turn).
+// and followed by a fresh one (which later readers share in turn). A read
+// that needs the newest base (it found a file reclaimed) only joins a
+// refresh that probes for it.
 type refresher struct {
-	mu  sync.Mutex
-	seq uint64
-	cur *flight
+	rt        sched.Runtime
+	mu        sync.Mutex
+	seq       uint64
+	cur       *flight
+	wantProbe bool
 }
 
 type flight struct {
-	id   uint64
-	done chan struct{}
-	snap *snapshot
-	err  error
+	id     uint64
+	probes bool
+	done   sched.Event
+	snap   *snapshot
+	err    error
 }
 
 // ticket returns the id of the last refresh started; a refresh with a
@@ -393,34 +532,52 @@ func (r *refresher) ticket() uint64 {
 	return r.seq
 }
 
-// after returns the result of a refresh that started after ticket. The
-// refresh runs detached from any one caller's cancellation, bounded by
-// timeout, so an impatient caller does not fail the others.
-func (r *refresher) after(ctx context.Context, ticket uint64, timeout time.Duration, run func(ctx context.Context, id uint64) (*snapshot, error)) (*snapshot, error) {
+const refreshTimeout = 30 * time.Second
+
+// refreshed returns a snapshot built by a refresh that started after
+// ticket (and probed for a newer base, if probeBase).
+func (t *Table) refreshed(ctx context.Context, ticket uint64, probeBase bool) (*snapshot, error) {
+	return t.refresh.after(ctx, ticket, probeBase, func(ctx context.Context, id uint64, probe bool) (*snapshot, error) {
+		s, err := t.refreshSnapshot(ctx, id, probe)
+		if err != nil {
+			return nil, t.noteGone(err)
+		}
+		t.install(s)
+		return s, nil
+	})
+}
+
+// after runs (or joins) a refresh. The refresh runs detached from any one
+// caller's cancellation, bounded by refreshTimeout, so an impatient caller
+// does not fail the others.
+func (r *refresher) after(ctx context.Context, ticket uint64, probe bool, run func(ctx context.Context, id uint64, probe bool) (*snapshot, error)) (*snapshot, error) {
 	for {
 		r.mu.Lock()
+		if probe {
+			r.wantProbe = true
+		}
 		f := r.cur
 		if f == nil {
 			r.seq++
-			f = &flight{id: r.seq, done: make(chan struct{})}
+			f = &flight{id: r.seq, probes: r.wantProbe, done: r.rt.NewEvent()}
+			r.wantProbe = false
 			r.cur = f
-			go func() {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-				f.snap, f.err = run(rctx, f.id)
+			fctx := context.WithoutCancel(ctx)
+			r.rt.Go(func() {
+				rctx, cancel := r.rt.WithTimeout(fctx, refreshTimeout)
+				f.snap, f.err = run(rctx, f.id, f.probes)
 				cancel()
 				r.mu.Lock()
 				r.cur = nil
 				r.mu.Unlock()
-				close(f.done)
-			}()
+				f.done.Fire()
+			})
 		}
 		r.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if _, err := r.rt.Wait(ctx, f.done); err != nil {
+			return nil, err
 		}
-		if f.id > ticket {
+		if f.id > ticket && (f.probes || !probe) {
 			return f.snap, f.err
 		}
 	}

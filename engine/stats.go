@@ -11,15 +11,18 @@ type Stats struct {
 	ReadRetries      atomic.Int64 // retries after a WAL file vanished
 	ReadLateBaseHits atomic.Int64 // served by a base newer than the process knew when the read began
 	ReadMissingFile  atomic.Int64 // files missing after the bounded retries
-	ReadOverloaded   atomic.Int64 // refused by a read cap or the byte budget
+	ReadOverloaded   atomic.Int64 // refused by the in-flight byte budget
 	Refreshes        atomic.Int64 // snapshot refreshes performed
-	RefreshRetries   atomic.Int64 // refreshes restarted because a listed generation was reclaimed
+	RefreshRetries   atomic.Int64 // refreshes restarted because a generation they loaded was reclaimed
 
 	Appends        atomic.Int64 // rows acknowledged
 	AppendRetries  atomic.Int64 // identical retries answered idempotently
 	AppendConflict atomic.Int64 // refused: same id, other content
-	Segments       atomic.Int64 // WAL segments written
-	Seals          atomic.Int64 // generations sealed
+	// AppendBackpressure counts appends refused while the merge backlog
+	// was over its bound.
+	AppendBackpressure atomic.Int64
+	Segments           atomic.Int64 // WAL segments written
+	Seals              atomic.Int64 // generations sealed
 
 	Merges            atomic.Int64 // base versions committed by this process
 	MergeConflicts    atomic.Int64 // commits lost to another committer

@@ -12,66 +12,111 @@ import (
 
 // SweepResult reports an orphan sweep.
 type SweepResult struct {
-	DataFiles int `json:"data_files"`
-	Payloads  int `json:"payloads"`
-	Segments  int `json:"segments"`
+	DataFiles    int `json:"data_files"`
+	Payloads     int `json:"payloads"`
+	Segments     int `json:"segments"`
+	Incarnations int `json:"dead_incarnation_objects"`
 }
 
 // Sweep deletes objects that nothing references and that are older than
 // grace: data files of merges that crashed or lost their commit, payloads
-// uploaded for appends that were never acknowledged, and segments a seal
-// record does not list. The grace period protects work in progress (a
-// payload is uploaded before its segment is written), so it must exceed the
-// longest append or merge; Config.OrphanGrace is the default.
+// uploaded for appends that were never acknowledged, WAL objects no head
+// counts (a fenced writer's late segment, a reclaimed generation's
+// leftovers), and what dead incarnations of the table left. The grace
+// period protects work in progress (a payload is uploaded before its
+// segment is written, a segment before the head swap that makes it part
+// of its generation), so it must exceed the longest append or merge;
+// Config.OrphanGrace is the default. Listing is fine here: the sweep is
+// off the read path.
 func (t *Table) Sweep(ctx context.Context, grace time.Duration) (SweepResult, error) {
-	t.mergeMu.Lock()
-	defer t.mergeMu.Unlock()
+	if err := t.live(); err != nil {
+		return SweepResult{}, err
+	}
+	if err := t.mergeLock.Lock(ctx); err != nil {
+		return SweepResult{}, err
+	}
+	defer t.mergeLock.Unlock()
 	// The merger lease keeps merges of other processes out while the sweep
-	// decides what is unreferenced: a merge commits references to files and
-	// payloads this sweep would otherwise see as orphans.
-	o, err := t.db.acquire(ctx, t.lay.MergerLease())
+	// decides what is unreferenced: a merge commits references to files
+	// and payloads this sweep would otherwise see as orphans.
+	o, err := t.db.acquire(ctx, t.lay.MergerLease(), nil)
 	if errors.Is(err, objstore.ErrLeased) {
 		return SweepResult{}, fmt.Errorf("%w: %s", ErrMergerBusy, t.Name())
 	}
 	if err != nil {
 		return SweepResult{}, fmt.Errorf("acquiring the merger lease: %w", err)
 	}
-	defer o.release(context.WithoutCancel(ctx))
+	defer o.release(ctx)
+	res, err := t.sweep(ctx, grace)
+	return res, t.noteGone(err)
+}
 
+func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, error) {
 	var res SweepResult
-	cutoff := t.db.cfg.Now().Add(-grace)
+	cutoff := t.db.rt.Now().Add(-grace)
 	old := func(e objstore.Entry) bool { return !e.LastModified.After(cutoff) }
 
-	// The WAL first, then the versions (the order of refreshSnapshot): a
-	// generation reclaimed in between was merged into a version the listing
-	// below still sees, so none of its payloads looks unreferenced.
-	gens, err := t.listWAL(ctx)
+	// The heads first, then the versions: a generation merged and
+	// reclaimed in between is in a version read below, so none of its
+	// payloads looks unreferenced.
+	reg, _, err := readRegistry(ctx, t.db, t.lay)
 	if err != nil {
 		return res, err
 	}
-	refs := map[string]bool{}
-	strays := map[string]bool{}
-	for _, g := range gens {
-		segs, err := t.loadGeneration(ctx, g)
-		if errors.Is(err, objstore.ErrNotFound) {
-			continue // reclaimed since the listing: its rows are in the base below
+	if reg.Dropped {
+		return res, errDropped
+	}
+	heads := map[string]head{}
+	for _, shard := range sortedKeys(reg.Shards) {
+		h, err := readHead(ctx, t.db, t.lay, shard)
+		if errors.Is(err, errNoHead) {
+			continue
 		}
 		if err != nil {
 			return res, err
 		}
-		listed := map[string]bool{}
-		for _, s := range segs {
-			listed[s.key] = true
-			for _, r := range s.layout.Rows {
-				if r.Ref != "" {
-					refs[r.Ref] = true
+		heads[shard] = h
+	}
+	// Pending generations, before the versions are listed: every segment a
+	// head counts, and its payloads. Per shard the walk goes down from the
+	// head while seal records exist; a generation reclaimed before its
+	// record is read was merged into a version the listing below sees.
+	refs := map[string]bool{}
+	members := map[string]bool{}
+	for _, shard := range sortedKeys(heads) {
+		h := heads[shard]
+		for g := h.Gen; g > 0; g-- {
+			var n uint64
+			if g == h.Gen && !h.Sealed {
+				n = h.Segs
+			} else {
+				rec, err := t.loadSeal(ctx, shard, g)
+				if errors.Is(err, objstore.ErrNotFound) {
+					if g == h.Gen {
+						n = h.Segs // sealed head, record not written yet
+					} else {
+						break
+					}
+				} else if err != nil {
+					return res, err
+				} else {
+					n = uint64(len(rec.Segments))
 				}
 			}
-		}
-		if g.sealed {
-			for _, k := range g.keys {
-				if wk, _ := t.lay.ParseWAL(k); !wk.IsSeal && !listed[k] {
-					strays[k] = true
+			for seq := uint64(1); seq <= n; seq++ {
+				key := t.lay.Segment(shard, g, seq)
+				members[key] = true
+				lay, err := t.segmentLayout(ctx, key)
+				if errors.Is(err, objstore.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return res, err
+				}
+				for _, r := range lay.Rows {
+					if r.Ref != "" {
+						refs[r.Ref] = true
+					}
 				}
 			}
 		}
@@ -85,15 +130,17 @@ func (t *Table) Sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 		return res, err
 	}
 	var latest uint64
+	base := emptyManifest()
 	if len(versions) > 0 {
 		latest = versions[len(versions)-1]
 		// Versions are cumulative (rows are never removed), so the latest
 		// references every payload an older retained version does.
-		s, err := t.loadBase(ctx, latest)
+		b, err := t.loadBase(ctx, latest)
 		if err != nil {
 			return res, err
 		}
-		for _, f := range s.files {
+		base = b.m
+		for _, f := range b.files {
 			for _, r := range f.layout.Rows {
 				if r.Ref != "" {
 					refs[r.Ref] = true
@@ -101,47 +148,68 @@ func (t *Table) Sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 			}
 		}
 	}
-
 	var doomed []string
-	err = t.db.store.List(ctx, t.lay.DataPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		name, _, ok := t.lay.ParseDataObject(e.Key)
-		// A file named for a version not yet committed may belong to a merge
-		// in progress (without leases nothing else keeps one out).
-		if ok && !liveFiles[name] && old(e) && fileVersion(name) <= latest {
-			doomed = append(doomed, e.Key)
-			res.DataFiles++
+	err = t.db.store.List(ctx, t.tableLay.Root(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		if !old(e) {
+			return nil
 		}
-		return nil
-	})
-	if err != nil {
-		return res, err
-	}
-	err = t.db.store.List(ctx, t.lay.PayloadsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		if t.lay.IsPayload(e.Key) && !refs[e.Key] && old(e) {
-			doomed = append(doomed, e.Key)
-			res.Payloads++
+		inc, ok := t.tableLay.ParseIncarnation(e.Key)
+		if !ok {
+			return nil // the descriptor, or a stray outside any incarnation
 		}
-		return nil
-	})
-	if err != nil {
-		return res, err
-	}
-	if len(strays) > 0 {
-		// Only strays old enough: a stray may be a fenced writer's segment
-		// still being looked at by an operator; the grace applies to all.
-		err = t.db.store.List(ctx, t.lay.WALPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-			if strays[e.Key] && old(e) {
+		if inc != t.lay.Name() {
+			doomed = append(doomed, e.Key)
+			res.Incarnations++
+			return nil
+		}
+		if name, _, ok := t.lay.ParseDataObject(e.Key); ok {
+			// A file named for a version not yet committed may belong to a
+			// merge in progress.
+			if !liveFiles[name] && fileVersion(name) <= latest {
+				doomed = append(doomed, e.Key)
+				res.DataFiles++
+			}
+			return nil
+		}
+		if t.lay.IsPayload(e.Key) {
+			if !refs[e.Key] {
+				doomed = append(doomed, e.Key)
+				res.Payloads++
+			}
+			return nil
+		}
+		if k, ok := t.lay.ParseWAL(e.Key); ok && !k.Registry && !k.IsHead && !k.IsOther {
+			h, known := heads[k.Shard]
+			stale := k.Gen <= base.watermark(k.Shard) // merged: reclaim leftovers
+			if k.IsSeal {
+				if stale {
+					doomed = append(doomed, e.Key)
+					res.Segments++
+				}
+				return nil
+			}
+			if stale || (known && k.Gen <= h.Gen && !members[e.Key]) {
 				doomed = append(doomed, e.Key)
 				res.Segments++
 			}
-			return nil
-		})
-		if err != nil {
-			return res, err
 		}
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
 	t.db.stats.OrphansSwept.Add(int64(len(doomed)))
-	return res, t.db.store.DeleteMany(ctx, doomed)
+	for start := 0; start < len(doomed); start += 256 {
+		chunk := doomed[start:min(start+256, len(doomed))]
+		if err := t.db.store.DeleteMany(ctx, chunk); err != nil {
+			for _, k := range chunk { // a leased blob of a dead incarnation
+				if err := t.db.store.Delete(ctx, k); err != nil && !errors.Is(err, objstore.ErrLeased) {
+					return res, err
+				}
+			}
+		}
+	}
+	return res, nil
 }
 
 // fileVersion is the version a data file was written for: merges name their

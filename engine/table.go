@@ -2,89 +2,128 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/rollstore/rollstore/cache"
 	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/internal/sched"
+	"github.com/rollstore/rollstore/objstore"
 )
 
-// Table is a handle on one table, shared by every request of a process.
+// Table is a handle on one incarnation of a table, shared by every request
+// of a process.
 type Table struct {
-	db  *DB
-	lay layout.Table
-	// inc identifies this incarnation of the table (its descriptor's ETag):
-	// a table dropped and created again reuses WAL keys, so everything cached
-	// is keyed by incarnation too, and a refresh that finds another
-	// descriptor retires the handle.
-	inc string
+	db       *DB
+	tableLay layout.Table
+	lay      layout.Inc
+	descETag string
 
-	// snap is the resident snapshot: the newest base this process knows.
-	// Base hits are served from it without I/O beyond the row itself.
+	// snap is the resident snapshot: the newest view this process knows.
+	// Reads are served from it without I/O beyond the row itself.
 	snap    atomic.Pointer[snapshot]
 	refresh refresher
 	// pinned keeps base-only snapshots of explicitly requested versions.
 	pinned *cache.Cache[uint64, *snapshot]
 
-	dropped atomic.Bool
+	// retired is set when the incarnation is gone (dropped here or
+	// elsewhere): every later call fails with it.
+	retired atomic.Pointer[error]
 
-	wmu    sync.Mutex
+	wlock  *sched.Lock // guards writer replacement (which does I/O)
+	wmu    sync.Mutex  // guards writer
 	writer *shardWriter
 
-	// mergeMu serialises merges within the process; across processes the
-	// create-if-absent commit (and the merger lease) decide.
-	mergeMu sync.Mutex
+	// mergeLock serialises merges and sweeps within the process; across
+	// processes the merger lease and the create-if-absent commit decide.
+	mergeLock *sched.Lock
 }
 
-// ck scopes a cache key to this incarnation of the table.
-func (t *Table) ck(key string) string { return t.inc + "\x00" + key }
-
-func newTable(db *DB, lay layout.Table, inc string) *Table {
-	// Pinned snapshots share their file layouts with the DB's layout cache;
-	// what they hold on their own is the manifest.
-	return &Table{db: db, lay: lay, inc: inc, pinned: cache.New[uint64, *snapshot](4 << 20)}
+func newTable(db *DB, inc layout.Inc, descETag string) *Table {
+	lay, _ := layout.ForTable(inc.Table())
+	t := &Table{db: db, tableLay: lay, lay: inc, descETag: descETag,
+		pinned:    cache.New(4<<20, cache.WithRuntime[uint64, *snapshot](db.rt)),
+		wlock:     sched.NewLock(db.rt),
+		mergeLock: sched.NewLock(db.rt)}
+	t.refresh.rt = db.rt
+	return t
 }
 
 // Name returns the table name.
-func (t *Table) Name() string { return t.lay.Name() }
+func (t *Table) Name() string { return t.lay.Table() }
+
+// Incarnation names this incarnation of the table.
+func (t *Table) Incarnation() string { return t.lay.Name() }
+
+func (t *Table) retiredErr() error {
+	if p := t.retired.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// retire marks the handle dead and stops its writer; queued appends fail
+// with err.
+func (t *Table) retire(err error) {
+	if t.retired.CompareAndSwap(nil, &err) {
+		t.wmu.Lock()
+		w := t.writer
+		t.wmu.Unlock()
+		if w != nil {
+			w.fail(nil, err)
+		}
+	}
+}
+
+// live returns the error of a retired handle.
+func (t *Table) live() error { return t.retiredErr() }
+
+// noteGone retires the handle when err says the incarnation is gone.
+func (t *Table) noteGone(err error) error {
+	if errors.Is(err, errDropped) {
+		t.retire(fmt.Errorf("%w: %s was dropped", ErrTableNotFound, t.Name()))
+		t.db.forget(t)
+		return t.retiredErr()
+	}
+	return err
+}
+
+// checkDescriptor fails with ErrTableNotFound once the descriptor no
+// longer names this incarnation (writers check it with each lease renewal,
+// so a writer of a dropped table stops soon even between appends).
+func (t *Table) checkDescriptor(ctx context.Context) error {
+	d, _, err := t.db.readDescriptor(ctx, t.tableLay)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return fmt.Errorf("%w: %s was dropped", ErrTableNotFound, t.Name())
+	case err != nil:
+		return nil // a transient failure proves nothing
+	case d.Incarnation != t.lay.Name():
+		return fmt.Errorf("%w: %s was dropped and created again", ErrTableNotFound, t.Name())
+	}
+	return nil
+}
 
 // install makes s the resident snapshot unless a newer one is already there.
 func (t *Table) install(s *snapshot) {
+	if t.retiredErr() != nil {
+		return
+	}
 	for {
 		cur := t.snap.Load()
-		if cur != nil && (cur.version() > s.version() || (cur.version() == s.version() && cur.flight >= s.flight)) {
+		if cur != nil && (cur.flight > s.flight) {
 			return
 		}
 		if t.snap.CompareAndSwap(cur, s) {
-			t.db.resident.Add(t, s, s.manifestSize())
+			t.db.resident.Add(t, s, s.size)
 			return
 		}
 	}
 }
 
-const refreshTimeout = 30 * time.Second
-
-// refreshed returns a snapshot built by a refresh that started after ticket.
-func (t *Table) refreshed(ctx context.Context, ticket uint64) (*snapshot, error) {
-	return t.refresh.after(ctx, ticket, refreshTimeout, func(ctx context.Context, id uint64) (*snapshot, error) {
-		s, err := t.refreshSnapshot(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		t.install(s)
-		return s, nil
-	})
-}
-
-// Refresh brings the resident snapshot up to date (used at startup and by
-// the status endpoint).
-func (t *Table) Refresh(ctx context.Context) error {
-	_, err := t.refreshed(ctx, t.refresh.ticket())
-	return err
-}
-
-func (t *Table) close(ctx context.Context) error {
+func (t *Table) closeWriter(ctx context.Context) error {
 	t.wmu.Lock()
 	w := t.writer
 	t.writer = nil
@@ -98,6 +137,7 @@ func (t *Table) close(ctx context.Context) error {
 // Status describes a table for operators.
 type Status struct {
 	Name         string            `json:"name"`
+	Incarnation  string            `json:"incarnation"`
 	Version      uint64            `json:"version"`
 	Rows         int64             `json:"rows"`
 	PayloadBytes int64             `json:"payload_bytes"`
@@ -106,7 +146,8 @@ type Status struct {
 	Watermarks   map[string]uint64 `json:"watermarks"`
 	Pending      []PendingGen      `json:"pending"`
 	PendingRows  int64             `json:"pending_rows"`
-	Overloaded   string            `json:"overloaded,omitempty"`
+	// Backpressure is set while appends are refused for the merge backlog.
+	Backpressure string `json:"backpressure,omitempty"`
 }
 
 // PendingGen is a generation not yet merged.
@@ -118,24 +159,50 @@ type PendingGen struct {
 	Rows     int64  `json:"rows"`
 }
 
+// Refresh brings the resident snapshot up to date (used at startup and by
+// readiness).
+func (t *Table) Refresh(ctx context.Context) error {
+	_, err := t.refreshed(ctx, t.refresh.ticket(), false)
+	return err
+}
+
 // Status refreshes and reports the table's latest view.
 func (t *Table) Status(ctx context.Context) (Status, error) {
-	s, err := t.refreshed(ctx, t.refresh.ticket())
+	s, err := t.refreshed(ctx, t.refresh.ticket(), true)
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Name: t.Name(), Version: s.version(), Rows: s.m.Rows, PayloadBytes: s.m.PayloadBytes,
-		DataFiles: len(s.m.Files), Duplicates: s.m.Duplicates, Watermarks: s.m.Watermarks, Pending: []PendingGen{}}
-	if s.capErr != nil {
-		st.Overloaded = s.capErr.Error()
+	m := s.base.m
+	st := Status{Name: t.Name(), Incarnation: t.Incarnation(), Version: m.Version, Rows: m.Rows, PayloadBytes: m.PayloadBytes,
+		DataFiles: len(m.Files), Duplicates: m.Duplicates, Watermarks: m.Watermarks, Pending: []PendingGen{}}
+	if st.Watermarks == nil {
+		st.Watermarks = map[string]uint64{}
 	}
-	for _, g := range s.pending {
-		p := PendingGen{Shard: g.shard, Gen: g.gen, Sealed: g.sealed, Segments: len(g.segs)}
-		for _, seg := range g.segs {
-			p.Rows += int64(len(seg.layout.Rows))
+	if err := t.backpressure(s, t.db.cfg.Shard); err != nil {
+		st.Backpressure = err.Error()
+	}
+	for _, name := range sortedKeys(s.shards) {
+		for _, g := range s.shards[name].gens {
+			p := PendingGen{Shard: name, Gen: g.gen, Sealed: g.sealed, Segments: len(g.segs)}
+			for _, seg := range g.segs {
+				p.Rows += int64(len(seg.layout.Rows))
+			}
+			st.PendingRows += p.Rows
+			st.Pending = append(st.Pending, p)
 		}
-		st.PendingRows += p.Rows
-		st.Pending = append(st.Pending, p)
 	}
 	return st, nil
+}
+
+// backpressure reports ErrBackpressure when appends to shard should wait
+// for the merge to catch up.
+func (t *Table) backpressure(s *snapshot, shard string) error {
+	cfg := t.db.cfg
+	if sv := s.shards[shard]; sv != nil && len(sv.gens) > cfg.WriteMaxPendingGens {
+		return fmt.Errorf("%w: shard %s has %d generations waiting for a merge (bound %d)", ErrBackpressure, shard, len(sv.gens), cfg.WriteMaxPendingGens)
+	}
+	if s.pendingGens > cfg.WriteMaxPendingTotal {
+		return fmt.Errorf("%w: %d generations waiting for a merge (bound %d)", ErrBackpressure, s.pendingGens, cfg.WriteMaxPendingTotal)
+	}
+	return nil
 }

@@ -3,53 +3,60 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
 
 // shardWriter owns one shard of one table in this process: it group-commits
-// appends into WAL segments of the open generation and seals generations.
+// appends into WAL segments of its open generation and seals generations.
 // Appends never wait for reads, and reads never wait for it.
 type shardWriter struct {
 	t     *Table
 	shard string
+	id    string // this writer's name in the heads it writes
 	owner *owner // the shard lease; nil without leases
 
 	mu       sync.Mutex
 	queue    []*appendReq
 	inflight map[string]*appendReq // ids queued or being committed
-	// recent holds rows this writer committed that a fresh read might not
-	// see yet as base rows, to refuse a conflicting second write of the same
-	// id on this shard even when the two race.
+	// recent holds rows this writer committed to its open generation, to
+	// refuse a conflicting second write of the same id on this shard even
+	// when the two race with the existence check.
 	recent map[string]*Record
 	gen    uint64 // the open generation, read by payload uploads
 	// sealed counts seals; a submit whose existence check predates a seal
 	// (which clears recent) checks again.
-	sealed uint64
-	err    error // sticky: fenced or closed
-	kick   chan struct{}
-	flush  chan chan error
-	quit   chan struct{}
-	stop   sync.Once // closes quit
-	done   chan struct{}
+	sealed  uint64
+	err     error // sticky: fenced, failed or closed
+	wake    sched.Event
+	flushes []*flushReq
+	quit    bool
+	last    time.Time // last append queued
+	done    sched.Event
 
 	// Owned by the loop goroutine.
-	nextSeg  uint64
+	head     head
 	segs     []sealedSegment
 	genBytes int64
 	genStart time.Time
+	active   bool // registered as active in the registry
 }
 
 // appendReq is one unit of commit: its rows go into one segment together.
 type appendReq struct {
 	recs []*Record
-	done chan struct{}
+	done sched.Event
+	err  error
+}
+
+type flushReq struct {
+	done sched.Event
 	err  error
 }
 
@@ -61,36 +68,41 @@ func (r *appendReq) bytes() int64 {
 	return n
 }
 
+// shardWriter returns this process's live writer of the table, starting
+// one (which takes the shard) if there is none or the last one stopped.
 func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 	if t.db.cfg.Shard == "" {
 		return nil, ErrNoWriter
 	}
+	if err := t.live(); err != nil {
+		return nil, err
+	}
+	if w := t.liveWriter(); w != nil {
+		return w, nil
+	}
+	if err := t.wlock.Lock(ctx); err != nil {
+		return nil, err
+	}
+	defer t.wlock.Unlock()
+	if w := t.liveWriter(); w != nil {
+		return w, nil
+	}
 	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	if t.dropped.Load() {
-		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
-	}
-	if w := t.writer; w != nil {
-		w.mu.Lock()
-		err := w.err
-		w.mu.Unlock()
-		if err == nil {
-			return w, nil
+	old := t.writer
+	t.writer = nil
+	t.wmu.Unlock()
+	if old != nil {
+		// Let the stopped writer finish (release its lease) first.
+		old.stop()
+		if _, err := t.db.rt.Wait(ctx, old.done); err != nil {
+			return nil, err
 		}
-		// The writer stopped: fenced, or a store error it could not get
-		// past. Replace it once it has exited: the new one takes the lease
-		// again (refused while another process owns the shard) and seals
-		// what the old one left open.
-		select {
-		case <-w.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		t.writer = nil
 	}
-	w := &shardWriter{t: t, shard: t.db.cfg.Shard, inflight: map[string]*appendReq{}, recent: map[string]*Record{},
-		kick: make(chan struct{}, 1), flush: make(chan chan error), quit: make(chan struct{}), done: make(chan struct{})}
-	o, err := t.db.acquire(ctx, t.lay.ShardLease(w.shard))
+	rt := t.db.rt
+	w := &shardWriter{t: t, shard: t.db.cfg.Shard, id: t.db.randomName()[:12],
+		inflight: map[string]*appendReq{}, recent: map[string]*Record{},
+		wake: rt.NewEvent(), done: rt.NewEvent(), last: rt.Now()}
+	o, err := t.db.acquire(ctx, t.lay.ShardLease(w.shard), t.checkDescriptor)
 	if errors.Is(err, objstore.ErrLeased) {
 		return nil, fmt.Errorf("%w: %s/%s", ErrShardOwned, t.Name(), w.shard)
 	}
@@ -99,50 +111,120 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 	}
 	w.owner = o
 	if err := w.recover(ctx); err != nil {
-		o.release(context.WithoutCancel(ctx))
+		o.release(ctx)
+		return nil, t.noteGone(err)
+	}
+	if err := t.live(); err != nil { // dropped while starting
+		o.release(ctx)
 		return nil, err
 	}
+	t.wmu.Lock()
 	t.writer = w
-	go w.loop()
+	t.wmu.Unlock()
+	rt.Go(w.loop)
 	return w, nil
 }
 
-// recover picks the generation to open: above every generation of the shard
-// that exists or was merged (reclaimed numbers are never reused), after
-// sealing any generation a previous owner left open.
+func (t *Table) liveWriter() *shardWriter {
+	t.wmu.Lock()
+	w := t.writer
+	t.wmu.Unlock()
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil || w.quit {
+		return nil
+	}
+	return w
+}
+
+// recover takes the shard's head: it registers the shard as active, seals
+// the generation the previous owner left (so nothing that writer still
+// sends can become part of it) and claims the next generation, all by
+// compare-and-swap on the head. A generation therefore has exactly one
+// writer.
 func (w *shardWriter) recover(ctx context.Context) error {
 	t := w.t
-	latest, err := t.latestVersion(ctx, 0)
-	if err != nil {
+	if err := setActive(ctx, t.db, t.lay, w.shard, true); err != nil {
 		return err
 	}
-	base, err := t.loadBase(ctx, latest)
-	if err != nil {
-		return err
-	}
-	wm := base.m.watermark(w.shard)
-	gens, err := t.listWAL(ctx)
-	if err != nil {
-		return err
-	}
-	top := wm
-	for _, g := range gens {
-		if g.shard != w.shard {
-			continue
-		}
-		top = max(top, g.gen)
-		if g.gen > wm && !g.sealed && len(g.segs) > 0 {
-			err := t.sealGeneration(ctx, w.shard, g.gen, nil)
-			if errors.Is(err, ErrFenced) {
-				err = nil // its last owner sealed it after all
+	w.active = true
+	for attempt := 0; attempt < 20; attempt++ {
+		h, err := readHead(ctx, t.db, t.lay, w.shard)
+		if errors.Is(err, errNoHead) {
+			nh, err := casHead(ctx, t.db, t.lay, w.shard, head{}, head{Gen: 1, Owner: w.id})
+			if errors.Is(err, errHeadMoved) {
+				continue
 			}
 			if err != nil {
-				return fmt.Errorf("sealing abandoned generation %s/%d: %w", w.shard, g.gen, err)
+				return err
 			}
+			w.open(nh)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !h.Sealed {
+			if err := t.db.point(ctx, "write:before-fence"); err != nil {
+				return err
+			}
+			hs, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
+			if errors.Is(err, errHeadMoved) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			h = hs
+		}
+		if err := t.ensureSeal(ctx, w.shard, h); err != nil {
+			return err
+		}
+		nh, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
+		if errors.Is(err, errHeadMoved) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		w.open(nh)
+		return nil
+	}
+	return fmt.Errorf("%w: %s/%s: the head kept moving", ErrShardOwned, t.Name(), w.shard)
+}
+
+// ensureSeal makes sure the seal record of a head sealed at h.Gen exists,
+// unless the generation was merged already.
+func (t *Table) ensureSeal(ctx context.Context, shard string, h head) error {
+	_, err := t.sealOf(ctx, shard, h.Gen, h.Segs)
+	if !errors.Is(err, objstore.ErrNotFound) {
+		return err
+	}
+	latest, lerr := t.latestVersion(ctx, t.snap.Load().version())
+	if lerr != nil {
+		return lerr
+	}
+	if latest > 0 {
+		m, merr := t.loadManifest(ctx, latest)
+		if merr != nil {
+			return merr
+		}
+		if m.watermark(shard) >= h.Gen {
+			return nil // merged and reclaimed
 		}
 	}
-	w.gen = top + 1
-	return nil
+	return err
+}
+
+func (w *shardWriter) open(h head) {
+	w.head = h
+	w.segs, w.genBytes = nil, 0
+	w.mu.Lock()
+	w.gen = h.Gen
+	w.mu.Unlock()
 }
 
 func (w *shardWriter) currentGen() uint64 {
@@ -158,18 +240,21 @@ func (w *shardWriter) currentGen() uint64 {
 // conflict. recs must be free of duplicate ids.
 //
 // queued reports whether the rows reached the commit queue. After that a
-// failure leaves their outcome unknown (the segment may have landed; a
-// cancelled caller's rows are still committed), so the caller must leave
-// their payload objects to the orphan sweep, which checks references.
+// failure may leave their outcome unknown, so the caller must leave their
+// payload objects to the orphan sweep, which checks references.
 func (w *shardWriter) submit(ctx context.Context, recs []*Record) (results []AppendResult, queued bool, err error) {
 	results = make([]AppendResult, len(recs))
+	rt := w.t.db.rt
 	for {
 		w.mu.Lock()
 		epoch := w.sealed
 		w.mu.Unlock()
-		// Rows visible to a fresh read: the base or any shard's WAL.
-		existing, err := w.t.lookupMany(ctx, recs)
+		// Rows visible to a read beginning now: the base or any shard's WAL.
+		existing, snap, err := w.t.lookupMany(ctx, recs)
 		if err != nil {
+			return nil, false, err
+		}
+		if err := w.t.db.point(ctx, "write:checked"); err != nil {
 			return nil, false, err
 		}
 		var todo []*Record
@@ -188,6 +273,10 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) (results []App
 		}
 		if len(todo) == 0 {
 			return results, false, nil
+		}
+		if err := w.t.backpressure(snap, w.shard); err != nil {
+			w.t.db.stats.AppendBackpressure.Add(1)
+			return nil, false, err
 		}
 		w.mu.Lock()
 		if w.err != nil {
@@ -221,10 +310,8 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) (results []App
 		}
 		if wait != nil {
 			w.mu.Unlock()
-			select {
-			case <-wait.done:
-			case <-ctx.Done():
-				return nil, false, ctx.Err()
+			if _, err := rt.Wait(ctx, wait.done); err != nil {
+				return nil, false, err
 			}
 			continue
 		}
@@ -232,22 +319,19 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record) (results []App
 			w.mu.Unlock()
 			return results, false, nil
 		}
-		req := &appendReq{recs: fresh, done: make(chan struct{})}
+		req := &appendReq{recs: fresh, done: rt.NewEvent()}
 		for _, rec := range fresh {
 			w.inflight[rec.ID] = req
 		}
 		w.queue = append(w.queue, req)
+		w.last = rt.Now()
+		wake := w.wake
 		w.mu.Unlock()
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-		select {
-		case <-req.done:
-		case <-ctx.Done():
+		wake.Fire()
+		if _, err := rt.Wait(ctx, req.done); err != nil {
 			// Not acknowledged; it may still become durable, which an
 			// identical retry then finds.
-			return nil, true, ctx.Err()
+			return nil, true, err
 		}
 		if req.err != nil {
 			return nil, true, req.err
@@ -270,61 +354,116 @@ func (w *shardWriter) compare(existing, rec *Record) (AppendResult, error) {
 }
 
 func (w *shardWriter) loop() {
-	defer close(w.done)
+	defer w.done.Fire()
+	ctx := context.Background()
+	rt := w.t.db.rt
 	cfg := w.t.db.cfg
-	tick := time.NewTicker(max(cfg.GenMaxAge/4, 10*time.Millisecond))
-	defer tick.Stop()
 	for {
-		quitting := false
-		select {
-		case <-w.kick:
-			// Let concurrent appends gather into one segment.
-			timer := time.NewTimer(cfg.GroupCommitWindow)
-			select {
-			case <-timer.C:
-			case <-w.quit:
-				quitting = true
-			}
-			timer.Stop()
-		case <-tick.C:
-			if len(w.segs) > 0 && cfg.Now().Sub(w.genStart) >= cfg.GenMaxAge {
-				w.fail(nil, w.seal(context.Background()))
-			}
-			continue
-		case reply := <-w.flush:
-			for w.commitNext() {
+		w.mu.Lock()
+		if w.wake.Fired() {
+			w.wake = rt.NewEvent()
+		}
+		wake := w.wake
+		work, flushes, quit, stopped, last := len(w.queue) > 0, w.flushes, w.quit, w.err != nil, w.last
+		w.flushes = nil
+		w.mu.Unlock()
+		switch {
+		case stopped:
+			w.finish(ctx, false)
+			return
+		case quit:
+			w.finish(ctx, true)
+			return
+		case len(flushes) > 0:
+			for w.commitNext(ctx) {
 			}
 			var err error
 			if len(w.segs) > 0 {
-				err = w.seal(context.Background())
+				err = w.rotate(ctx, true)
 				w.fail(nil, err)
 			}
-			reply <- err
+			for _, f := range flushes {
+				f.err = err
+				f.done.Fire()
+			}
 			continue
-		case <-w.quit:
-			quitting = true
-		}
-		for w.commitNext() {
-		}
-		if quitting {
-			if len(w.segs) > 0 {
-				w.fail(nil, w.seal(context.Background()))
+		case work:
+			// Let concurrent appends gather into one segment.
+			_, _ = rt.Wait(ctx, rt.After(cfg.GroupCommitWindow))
+			for w.commitNext(ctx) {
 			}
-			w.mu.Lock()
-			if w.err == nil {
-				w.err = fmt.Errorf("%w: writer of %s/%s", ErrClosed, w.t.Name(), w.shard)
+			continue
+		}
+		// Idle: wait for work, the generation's age limit, or the time to
+		// leave the registry's active set.
+		now := rt.Now()
+		var next time.Duration = time.Hour
+		if len(w.segs) > 0 {
+			next = min(next, w.genStart.Add(cfg.GenMaxAge).Sub(now))
+		}
+		if w.active {
+			next = min(next, last.Add(cfg.IdleAfter).Sub(now))
+		}
+		if next > 0 {
+			if i, _ := rt.Wait(ctx, wake, rt.After(next)); i == 0 {
+				continue
 			}
-			w.mu.Unlock()
-			w.fail(nil, ErrClosed)
-			w.owner.release(context.Background())
-			return
+		}
+		now = rt.Now()
+		if len(w.segs) > 0 && !now.Before(w.genStart.Add(cfg.GenMaxAge)) {
+			w.fail(nil, w.rotate(ctx, true))
+			continue
+		}
+		w.mu.Lock()
+		idle := len(w.queue) == 0 && !now.Before(w.last.Add(cfg.IdleAfter))
+		w.mu.Unlock()
+		if w.active && idle {
+			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, false); err != nil {
+				w.fail(nil, err)
+				continue
+			}
+			w.active = false
 		}
 	}
 }
 
+// finish ends the loop: on a clean close it commits what is queued and
+// seals the open generation; then it fails what is left, leaves the active
+// set and gives the lease up.
+func (w *shardWriter) finish(ctx context.Context, clean bool) {
+	if clean {
+		for w.commitNext(ctx) {
+		}
+		if w.errOrNil() == nil && len(w.segs) > 0 {
+			w.fail(nil, w.rotate(ctx, false))
+		}
+		if w.active && w.errOrNil() == nil {
+			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, false); err == nil {
+				w.active = false
+			}
+		}
+	}
+	w.fail(nil, fmt.Errorf("%w: writer of %s/%s", ErrClosed, w.t.Name(), w.shard))
+	w.mu.Lock()
+	flushes := w.flushes
+	w.flushes = nil
+	w.mu.Unlock()
+	for _, f := range flushes {
+		f.err = ErrClosed
+		f.done.Fire()
+	}
+	w.owner.release(ctx)
+}
+
+func (w *shardWriter) errOrNil() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
 // commitNext writes one segment from the queue; false when the queue is
 // empty or the writer stopped.
-func (w *shardWriter) commitNext() bool {
+func (w *shardWriter) commitNext(ctx context.Context) bool {
 	cfg := w.t.db.cfg
 	w.mu.Lock()
 	if w.err != nil || len(w.queue) == 0 {
@@ -332,22 +471,21 @@ func (w *shardWriter) commitNext() bool {
 		return false
 	}
 	var batch []*appendReq
-	var bytes int64
+	var size int64
 	rows := 0
 	for len(w.queue) > 0 {
 		n := w.queue[0].bytes()
-		if len(batch) > 0 && (bytes+n > cfg.SegmentMaxBytes || rows+len(w.queue[0].recs) > cfg.SegmentMaxRows) {
+		if len(batch) > 0 && (size+n > cfg.SegmentMaxBytes || rows+len(w.queue[0].recs) > cfg.SegmentMaxRows) {
 			break
 		}
 		rows += len(w.queue[0].recs)
-		bytes += n
+		size += n
 		batch = append(batch, w.queue[0])
 		w.queue = w.queue[1:]
 	}
-	gen := w.gen
 	w.mu.Unlock()
 
-	err := w.writeSegment(gen, batch)
+	err := w.writeSegment(ctx, batch)
 	w.mu.Lock()
 	for _, req := range batch {
 		req.err = err
@@ -359,16 +497,20 @@ func (w *shardWriter) commitNext() bool {
 			}
 			delete(w.inflight, rec.ID)
 		}
-		close(req.done)
+		req.done.Fire()
 	}
 	w.mu.Unlock()
 	if err == nil && (w.genBytes >= cfg.GenMaxBytes || len(w.segs) >= cfg.GenMaxSegments) {
-		w.fail(nil, w.seal(context.Background()))
+		w.fail(nil, w.rotate(ctx, true))
 	}
 	return true
 }
 
-func (w *shardWriter) writeSegment(gen uint64, batch []*appendReq) error {
+// writeSegment commits one segment: it writes the segment (create-if-absent,
+// at the next number of the open generation), then swaps the head to count
+// it. Only the swap makes the segment part of the generation; a writer that
+// lost the head (it was fenced) has written an object nothing will read.
+func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) error {
 	t := w.t
 	var rows []rowfile.Record
 	for _, req := range batch {
@@ -376,53 +518,80 @@ func (w *shardWriter) writeSegment(gen uint64, batch []*appendReq) error {
 			rows = append(rows, *rec)
 		}
 	}
-	data, lay, err := rowfile.Encode(rows, rowfile.Options{})
+	data, lay, err := rowfile.Encode(rows, rowfile.Options{EmbedLayout: true})
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
-	if err := t.db.cfg.Hooks.Call(ctx, "write:before-segment"); err != nil {
+	if !w.active {
+		// Readers must probe this shard before this append is acknowledged.
+		if err := setActive(ctx, t.db, t.lay, w.shard, true); err != nil {
+			w.fail(batch, err)
+			return t.noteGone(err)
+		}
+		w.active = true
+	}
+	if err := t.db.point(ctx, "write:before-segment"); err != nil {
 		return err
 	}
 	if err := w.owner.valid(); err != nil {
 		w.fail(batch, err)
 		return err
 	}
-	seq := w.nextSeg
-	// A segment number is used once, whatever the outcome: a put whose
-	// response was lost may still have landed.
-	w.nextSeg++
-	key := t.lay.Segment(w.shard, gen, seq)
-	_, err = t.db.store.Put(ctx, key, bytes.NewReader(data), objstore.PutOptions{IfNotExists: true, Size: int64(len(data))})
-	if errors.Is(err, objstore.ErrPrecondition) {
-		err = errFenced(key, err)
+	seq := w.head.Segs + 1
+	key := t.lay.Segment(w.shard, w.head.Gen, seq)
+	if err := w.putSegment(ctx, key, data); err != nil {
 		w.fail(batch, err)
 		return err
 	}
+	if err := t.db.point(ctx, "write:after-segment"); err != nil {
+		w.fail(batch, err)
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	nh, err := casHead(ctx, t.db, t.lay, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id})
 	if err != nil {
-		return fmt.Errorf("writing segment %s: %w", key, err)
-	}
-	if lapsed := w.owner.valid(); lapsed != nil {
-		// Landed, but the lease lapsed meanwhile: a new owner may have
-		// sealed the generation before or after it landed. Decide by the
-		// seal record, writing it ourselves if nobody has: the segment is
-		// committed exactly when the seal lists it, and the answer says so.
-		// Either way this writer stops.
-		in, err := t.segmentSealed(ctx, w.shard, gen, seq, append(w.segs, sealedSegment{Seq: seq, Size: int64(len(data)), Layout: lay}))
-		if err != nil || !in {
-			w.fail(batch, lapsed)
-			return lapsed
+		if errors.Is(err, errHeadMoved) {
+			err = fmt.Errorf("%w: %w", ErrFenced, err)
 		}
-		defer w.fail(batch, lapsed) // acknowledge this batch, then stop
+		w.fail(batch, err)
+		return t.noteGone(err)
 	}
-	t.db.layouts.Add(t.ck(key), lay, lay.MemSize())
+	w.head = nh
+	t.db.layouts.Add(key, lay, lay.MemSize())
 	if len(w.segs) == 0 {
-		w.genStart = t.db.cfg.Now()
+		w.genStart = t.db.rt.Now()
 	}
 	w.segs = append(w.segs, sealedSegment{Seq: seq, Size: int64(len(data)), Layout: lay})
 	w.genBytes += int64(len(data))
 	t.db.stats.Segments.Add(1)
 	return nil
+}
+
+// putSegment creates the segment object, retrying transient failures. An
+// existing object is this writer's own earlier attempt (a lost response)
+// when it carries this writer's name and size; anything else there means
+// the slot is not this writer's, which cannot happen to the owner of a
+// generation.
+func (w *shardWriter) putSegment(ctx context.Context, key string, data []byte) error {
+	store := w.t.db.store
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		_, err = store.Put(ctx, key, bytes.NewReader(data), objstore.PutOptions{IfNotExists: true, Size: int64(len(data)),
+			Metadata: map[string]string{"writer": w.id}, ContentType: "application/vnd.apache.arrow.file"})
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, objstore.ErrPrecondition) {
+			a, herr := store.Head(ctx, key)
+			if herr == nil && a.Metadata["writer"] == w.id && a.Size == int64(len(data)) {
+				return nil
+			}
+			return fmt.Errorf("%w: segment %s was written by another writer", ErrFenced, key)
+		}
+		if !retryable(err) {
+			break
+		}
+	}
+	return fmt.Errorf("writing segment %s: %w", key, err)
 }
 
 // fail stops the writer with a sticky error (nil err: no-op) and fails every
@@ -436,152 +605,110 @@ func (w *shardWriter) fail(skip []*appendReq, err error) {
 		inSkip[r] = true
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.err == nil {
 		w.err = err
 		if !errors.Is(err, ErrClosed) {
 			w.t.db.cfg.Logger.Error("shard writer stopped", "table", w.t.Name(), "shard", w.shard, "err", err)
 		}
-		// Stop the loop (and give the lease up); the next append starts a
-		// new writer, which takes the shard again or learns who owns it.
-		w.stop.Do(func() { close(w.quit) })
 	}
+	var done []*appendReq
 	for _, req := range w.queue {
 		if !inSkip[req] {
 			req.err = w.err
 			for _, rec := range req.recs {
 				delete(w.inflight, rec.ID)
 			}
-			close(req.done)
+			done = append(done, req)
 		}
 	}
 	w.queue = nil
+	wake := w.wake
+	w.mu.Unlock()
+	for _, req := range done {
+		req.done.Fire()
+	}
+	wake.Fire() // the loop sees the error and finishes
 }
 
-// seal closes the open generation and opens the next.
-func (w *shardWriter) seal(ctx context.Context) error {
-	if err := w.owner.valid(); err != nil {
+// rotate seals the open generation: the head first (from then on nothing
+// more can join it), then the seal record; then, with next, it claims the
+// following generation.
+func (w *shardWriter) rotate(ctx context.Context, next bool) error {
+	t := w.t
+	if err := t.db.point(ctx, "write:before-rotate"); err != nil {
+		return err
+	}
+	h := w.head
+	if !h.Sealed {
+		hs, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: w.id})
+		if errors.Is(err, errHeadMoved) {
+			err = fmt.Errorf("%w: %w", ErrFenced, err)
+		}
+		if err != nil {
+			return t.noteGone(err)
+		}
+		h = hs
+		w.head = h
+	}
+	if _, err := t.writeSeal(ctx, w.shard, h.Gen, w.segs); err != nil {
 		return err
 	}
 	w.mu.Lock()
-	gen := w.gen
-	w.mu.Unlock()
-	if err := w.t.sealGeneration(ctx, w.shard, gen, w.segs); err != nil {
-		return err
-	}
-	w.mu.Lock()
-	w.gen++
 	// Rows of sealed generations are visible to every fresh read through
 	// the seal record, so the in-memory guard can start over.
 	clear(w.recent)
 	w.sealed++
 	w.mu.Unlock()
-	w.nextSeg, w.segs, w.genBytes = 0, nil, 0
-	return nil
-}
-
-// sealGeneration writes the seal record of a generation. known holds the
-// layouts the writer has; every segment present in the store is included
-// (a segment whose put reported failure may have landed, and its rows may
-// have been read), so a seal never hides a visible row.
-func (t *Table) sealGeneration(ctx context.Context, shard string, gen uint64, known []sealedSegment) error {
-	have := map[uint64]sealedSegment{}
-	for _, s := range known {
-		have[s.Seq] = s
-	}
-	rec := sealRecord{Shard: shard, Gen: gen, SealedAt: t.db.cfg.Now().UTC()}
-	err := t.db.store.List(ctx, t.lay.GenerationPrefix(shard, gen), objstore.ListOptions{}, func(e objstore.Entry) error {
-		k, ok := t.lay.ParseWAL(e.Key)
-		if !ok || k.IsSeal || k.IsOther {
-			return nil
-		}
-		if s, ok := have[k.Seg]; ok {
-			rec.Segments = append(rec.Segments, s)
-			return nil
-		}
-		lay, err := t.segmentLayout(ctx, e.Key)
-		if err != nil {
-			return err
-		}
-		rec.Segments = append(rec.Segments, sealedSegment{Seq: k.Seg, Size: e.Size, Layout: lay})
+	w.segs, w.genBytes = nil, 0
+	if !next {
 		return nil
-	})
+	}
+	nh, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
+	if errors.Is(err, errHeadMoved) {
+		err = fmt.Errorf("%w: %w", ErrFenced, err)
+	}
 	if err != nil {
-		return err
+		return t.noteGone(err)
 	}
-	if err := t.db.cfg.Hooks.Call(ctx, "write:before-seal"); err != nil {
-		return err
-	}
-	body, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	key := t.lay.Seal(shard, gen)
-	if _, err := t.db.store.Put(ctx, key, bytes.NewReader(body), objstore.PutOptions{IfNotExists: true, Size: int64(len(body))}); err != nil {
-		if errors.Is(err, objstore.ErrPrecondition) {
-			return errFenced(key, err)
-		}
-		return fmt.Errorf("writing seal %s: %w", key, err)
-	}
-	t.db.seals.Add(t.ck(key), &rec, int64(len(body)))
-	t.db.stats.Seals.Add(1)
+	w.open(nh)
 	return nil
 }
 
 // Flush seals the open generation now, making it mergeable (tests, and the
 // merge endpoint's "merge everything" mode).
 func (t *Table) Flush(ctx context.Context) error {
-	t.wmu.Lock()
-	w := t.writer
-	t.wmu.Unlock()
+	w := t.liveWriter()
 	if w == nil {
 		return nil
 	}
-	done := make(chan error, 1)
-	select {
-	case w.flush <- done:
-	case <-w.done:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	rt := t.db.rt
+	f := &flushReq{done: rt.NewEvent()}
+	w.mu.Lock()
+	if w.err != nil || w.quit {
+		w.mu.Unlock()
+		return nil
 	}
-	select {
-	case err := <-done:
+	w.flushes = append(w.flushes, f)
+	wake := w.wake
+	w.mu.Unlock()
+	wake.Fire()
+	if _, err := rt.Wait(ctx, f.done); err != nil {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return f.err
+}
+
+// stop asks the loop to finish without waiting for it.
+func (w *shardWriter) stop() {
+	w.mu.Lock()
+	w.quit = true
+	wake := w.wake
+	w.mu.Unlock()
+	wake.Fire()
 }
 
 func (w *shardWriter) close(ctx context.Context) error {
-	w.stop.Do(func() { close(w.quit) })
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// segmentSealed reports whether segment seq of a generation is part of it:
-// it seals the generation itself (listing what is present, seq included)
-// unless a seal record already exists, in which case that record decides.
-func (t *Table) segmentSealed(ctx context.Context, shard string, gen, seq uint64, known []sealedSegment) (bool, error) {
-	err := t.sealGeneration(ctx, shard, gen, known)
-	if err == nil {
-		return true, nil
-	}
-	if !errors.Is(err, ErrFenced) {
-		return false, err
-	}
-	seal, err := t.loadSeal(ctx, shard, gen)
-	if err != nil {
-		return false, err
-	}
-	for _, s := range seal.Segments {
-		if s.Seq == seq {
-			return true, nil
-		}
-	}
-	return false, nil
+	w.stop()
+	_, err := w.t.db.rt.Wait(ctx, w.done)
+	return err
 }

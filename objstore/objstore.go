@@ -58,6 +58,8 @@ type Attrs struct {
 	// Metadata keys are always lower-case, whatever the backend returned
 	// (Azure capitalises them header-style).
 	Metadata map[string]string
+	// ContentType is the object's media type, where the backend keeps one.
+	ContentType string
 }
 
 // PutOptions are the conditions and metadata of a Put. At most one of
@@ -75,6 +77,9 @@ type PutOptions struct {
 	// Size is the body length when known and > 0; 0 or -1 mean unknown.
 	// Backends use it to choose single-shot or streamed uploads.
 	Size int64
+	// ContentType is stored with the object; empty means the backend's
+	// default (application/octet-stream).
+	ContentType string
 }
 
 // ListOptions shape a listing.

@@ -198,17 +198,29 @@ func keyClass(key string) string {
 	if key == lay.Descriptor() {
 		return "descriptor"
 	}
-	if _, ok := lay.ParseVersion(key); ok {
+	incName, ok := lay.ParseIncarnation(key)
+	if !ok {
+		return "other"
+	}
+	inc, err := lay.Incarnation(incName)
+	if err != nil {
+		return "other"
+	}
+	if _, ok := inc.ParseVersion(key); ok {
 		return "manifest"
 	}
-	if _, isIndex, ok := lay.ParseDataObject(key); ok {
+	if _, isIndex, ok := inc.ParseDataObject(key); ok {
 		if isIndex {
 			return "data-index"
 		}
 		return "data-file"
 	}
-	if k, ok := lay.ParseWAL(key); ok {
+	if k, ok := inc.ParseWAL(key); ok {
 		switch {
+		case k.Registry:
+			return "registry"
+		case k.IsHead:
+			return "head"
 		case k.IsSeal:
 			return "seal"
 		case k.IsOther:
@@ -216,7 +228,7 @@ func keyClass(key string) string {
 		}
 		return "segment"
 	}
-	if lay.IsPayload(key) {
+	if inc.IsPayload(key) {
 		return "payload-object"
 	}
 	return "other"
@@ -231,19 +243,27 @@ func prefixClass(prefix string) string {
 	if err != nil {
 		return "other"
 	}
-	switch {
-	case prefix == lay.WALPrefix():
-		return "wal/"
-	case strings.HasPrefix(prefix, lay.WALPrefix()):
-		return "generation/"
-	case prefix == lay.VersionsPrefix():
-		return "versions/"
-	case prefix == lay.DataPrefix():
-		return "data/"
-	case prefix == lay.PayloadsPrefix():
-		return "payloads/"
-	case prefix == lay.Root():
+	if prefix == lay.Root() {
 		return "table/"
+	}
+	incName, ok := lay.ParseIncarnation(prefix)
+	if !ok {
+		return "other/"
+	}
+	inc, _ := lay.Incarnation(incName)
+	switch {
+	case prefix == inc.WALPrefix():
+		return "wal/"
+	case strings.HasPrefix(prefix, inc.WALPrefix()):
+		return "generation/"
+	case prefix == inc.VersionsPrefix():
+		return "versions/"
+	case prefix == inc.DataPrefix():
+		return "data/"
+	case prefix == inc.PayloadsPrefix():
+		return "payloads/"
+	case prefix == inc.Root():
+		return "incarnation/"
 	}
 	return "other/"
 }

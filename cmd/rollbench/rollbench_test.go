@@ -13,7 +13,11 @@ import (
 // engine's layout changes, this fails instead of the report quietly
 // counting "other".
 func TestKeyClass(t *testing.T) {
-	lay, err := layout.ForTable("reads")
+	table, err := layout.ForTable("reads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lay, err := table.Incarnation(layout.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +25,9 @@ func TestKeyClass(t *testing.T) {
 	idx, _ := lay.DataIndex("00000000000000000001-abcdef")
 	pay, _ := lay.Payload("bench-0", 3, "0123456789abcdef")
 	for key, want := range map[string]string{
-		lay.Descriptor():             "descriptor",
+		table.Descriptor():           "descriptor",
+		lay.Registry():               "registry",
+		lay.Head("bench-0"):          "head",
 		lay.Version(7):               "manifest",
 		data:                         "data-file",
 		idx:                          "data-index",

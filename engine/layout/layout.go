@@ -3,20 +3,26 @@
 // object keys, and parses keys back. Nothing else in rollstore builds keys by
 // hand, so the layout can be read, validated and changed here alone.
 //
-// Under a table root:
+// A table's descriptor names its current incarnation; everything else of
+// the table lives under that incarnation's prefix, so a table dropped and
+// created again never shares a key with its former self, and a process
+// still acting on the old incarnation can only touch dead keys:
 //
-//	<table>/_table.json                          table descriptor (create-if-absent)
-//	<table>/base/_versions/<v:020>.json          base manifest v (create-if-absent)
-//	<table>/base/data/<file>.arrow               immutable Arrow IPC data files
-//	<table>/base/data/<file>.idx                 their row layouts (rowfile index)
-//	<table>/wal/<shard>/<gen:020>/<seg:020>.arrow immutable WAL segments
-//	<table>/wal/<shard>/<gen:020>/_sealed.json   seal record of a generation
-//	<table>/payloads/<shard>/<gen:020>/<name>    large payloads, streamed
-//	<table>/_leases/<name>                       lease blobs (shard owners, merger)
+//	<table>/_table.json                                   descriptor (create-if-absent): names the incarnation
+//	<table>/<inc>/base/_versions/<v:020>.json             base manifest v (create-if-absent)
+//	<table>/<inc>/base/data/<file>.arrow                  immutable Arrow IPC data files
+//	<table>/<inc>/base/data/<file>.idx                    their row indexes (rowfile index format)
+//	<table>/<inc>/wal/_registry.json                      shard registry (compare-and-swap)
+//	<table>/<inc>/wal/<shard>/_head.json                  the shard's head: its commit point (compare-and-swap)
+//	<table>/<inc>/wal/<shard>/<gen:020>/<seg:020>.arrow   WAL segments 1, 2, … of a generation (create-if-absent)
+//	<table>/<inc>/wal/<shard>/<gen:020>/_sealed.json      seal record: the generation's segments and row indexes
+//	<table>/<inc>/payloads/<shard>/<gen:020>/<name>       large payloads, streamed
+//	<table>/<inc>/_leases/shard-<shard>, merger           lease blobs (shard owner, merger singleton)
 //
 // Numbers are zero-padded to 20 digits so lexical listing order is numeric
-// order. The store-wide prefix (a staging run's fresh prefix) is not part of
-// the layout: it is applied by objstore.Prefixed below everything.
+// order. Incarnation names sort by creation time. The store-wide prefix (a
+// staging run's fresh prefix) is not part of the layout: it is applied by
+// objstore.Prefixed below everything.
 package layout
 
 import (
@@ -24,6 +30,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrInvalidName reports a table, shard or file name the layout refuses.
@@ -69,8 +76,8 @@ func validateFile(name string) error {
 	return nil
 }
 
-// Table is the key space of one table. The zero value is not usable; use
-// ForTable.
+// Table is the key space of one table name. The zero value is not usable;
+// use ForTable.
 type Table struct{ name string }
 
 // ForTable returns the layout of a table after validating its name.
@@ -84,21 +91,71 @@ func ForTable(name string) (Table, error) {
 // Name is the table name.
 func (t Table) Name() string { return t.name }
 
-// Root is the prefix (with trailing slash) under which all of the table lives.
+// Root is the prefix (with trailing slash) under which all of the table,
+// every incarnation, lives.
 func (t Table) Root() string { return t.name + "/" }
 
 // Descriptor is the key of the table descriptor.
 func (t Table) Descriptor() string { return t.name + "/_table.json" }
 
+// NewIncarnationName returns the name of a new incarnation created at now;
+// random makes it unique. Names sort by creation time.
+func NewIncarnationName(now time.Time, random uint64) string {
+	return fmt.Sprintf("i%013x%08x", now.UnixMilli(), uint32(random))
+}
+
+// ValidateIncarnation checks an incarnation name.
+func ValidateIncarnation(name string) error {
+	if len(name) != 22 || name[0] != 'i' {
+		return fmt.Errorf("%w: incarnation %q", ErrInvalidName, name)
+	}
+	for _, c := range name[1:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return fmt.Errorf("%w: incarnation %q", ErrInvalidName, name)
+		}
+	}
+	return nil
+}
+
+// Incarnation returns the key space of one incarnation of the table.
+func (t Table) Incarnation(inc string) (Inc, error) {
+	if err := ValidateIncarnation(inc); err != nil {
+		return Inc{}, err
+	}
+	return Inc{table: t.name, inc: inc, root: t.name + "/" + inc + "/"}, nil
+}
+
+// ParseIncarnation returns the incarnation a key of the table belongs to.
+func (t Table) ParseIncarnation(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, t.Root())
+	if !ok {
+		return "", false
+	}
+	inc, _, ok := strings.Cut(rest, "/")
+	return inc, ok && ValidateIncarnation(inc) == nil
+}
+
+// Inc is the key space of one incarnation of a table.
+type Inc struct{ table, inc, root string }
+
+// Table is the table name.
+func (l Inc) Table() string { return l.table }
+
+// Name is the incarnation name.
+func (l Inc) Name() string { return l.inc }
+
+// Root is the prefix (with trailing slash) of everything in the incarnation.
+func (l Inc) Root() string { return l.root }
+
 // VersionsPrefix lists base manifests.
-func (t Table) VersionsPrefix() string { return t.name + "/base/_versions/" }
+func (l Inc) VersionsPrefix() string { return l.root + "base/_versions/" }
 
 // Version is the key of base manifest v.
-func (t Table) Version(v uint64) string { return t.VersionsPrefix() + pad(v) + ".json" }
+func (l Inc) Version(v uint64) string { return l.VersionsPrefix() + pad(v) + ".json" }
 
 // ParseVersion returns the version of a base manifest key.
-func (t Table) ParseVersion(key string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(key, t.VersionsPrefix())
+func (l Inc) ParseVersion(key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, l.VersionsPrefix())
 	if !ok {
 		return 0, false
 	}
@@ -110,28 +167,28 @@ func (t Table) ParseVersion(key string) (uint64, bool) {
 }
 
 // DataPrefix lists base data files.
-func (t Table) DataPrefix() string { return t.name + "/base/data/" }
+func (l Inc) DataPrefix() string { return l.root + "base/data/" }
 
 // DataFile is the key of a base data file. name is a generated file name
 // without extension.
-func (t Table) DataFile(name string) (string, error) {
+func (l Inc) DataFile(name string) (string, error) {
 	if err := validateFile(name); err != nil {
 		return "", err
 	}
-	return t.DataPrefix() + name + ".arrow", nil
+	return l.DataPrefix() + name + ".arrow", nil
 }
 
 // DataIndex is the key of a data file's index object (its row layout).
-func (t Table) DataIndex(name string) (string, error) {
+func (l Inc) DataIndex(name string) (string, error) {
 	if err := validateFile(name); err != nil {
 		return "", err
 	}
-	return t.DataPrefix() + name + ".idx", nil
+	return l.DataPrefix() + name + ".idx", nil
 }
 
 // ParseDataObject returns the file name of a data file or index key.
-func (t Table) ParseDataObject(key string) (name string, isIndex bool, ok bool) {
-	rest, ok := strings.CutPrefix(key, t.DataPrefix())
+func (l Inc) ParseDataObject(key string) (name string, isIndex bool, ok bool) {
+	rest, ok := strings.CutPrefix(key, l.DataPrefix())
 	if !ok {
 		return "", false, false
 	}
@@ -142,54 +199,61 @@ func (t Table) ParseDataObject(key string) (name string, isIndex bool, ok bool) 
 	return name, false, ok && validateFile(name) == nil
 }
 
-// ParseDataFile returns the name of a data file key.
-func (t Table) ParseDataFile(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, t.DataPrefix())
-	if !ok {
-		return "", false
-	}
-	name, ok := strings.CutSuffix(rest, ".arrow")
-	return name, ok && validateFile(name) == nil
-}
-
 // WALPrefix lists every shard's generations.
-func (t Table) WALPrefix() string { return t.name + "/wal/" }
+func (l Inc) WALPrefix() string { return l.root + "wal/" }
 
-// ShardPrefix lists one shard's generations.
-func (t Table) ShardPrefix(shard string) string { return t.WALPrefix() + shard + "/" }
+// Registry is the key of the shard registry.
+func (l Inc) Registry() string { return l.WALPrefix() + "_registry.json" }
+
+// ShardPrefix lists one shard's head and generations.
+func (l Inc) ShardPrefix(shard string) string { return l.WALPrefix() + shard + "/" }
+
+// Head is the key of a shard's head.
+func (l Inc) Head(shard string) string { return l.ShardPrefix(shard) + "_head.json" }
 
 // GenerationPrefix lists one generation's segments and seal record.
-func (t Table) GenerationPrefix(shard string, gen uint64) string {
-	return t.ShardPrefix(shard) + pad(gen) + "/"
+func (l Inc) GenerationPrefix(shard string, gen uint64) string {
+	return l.ShardPrefix(shard) + pad(gen) + "/"
 }
 
-// Segment is the key of WAL segment seg of a generation.
-func (t Table) Segment(shard string, gen, seg uint64) string {
-	return t.GenerationPrefix(shard, gen) + pad(seg) + ".arrow"
+// Segment is the key of WAL segment seg (from 1) of a generation.
+func (l Inc) Segment(shard string, gen, seg uint64) string {
+	return l.GenerationPrefix(shard, gen) + pad(seg) + ".arrow"
 }
 
 // Seal is the key of a generation's seal record.
-func (t Table) Seal(shard string, gen uint64) string {
-	return t.GenerationPrefix(shard, gen) + "_sealed.json"
+func (l Inc) Seal(shard string, gen uint64) string {
+	return l.GenerationPrefix(shard, gen) + "_sealed.json"
 }
 
 // WALKey is a parsed key under the WAL prefix.
 type WALKey struct {
-	Shard   string
-	Gen     uint64
-	Seg     uint64 // valid when IsSeal is false
-	IsSeal  bool
-	IsOther bool // a key under a generation that is neither (a stray)
+	Shard    string
+	Gen      uint64
+	Seg      uint64 // a segment, when none of the flags is set
+	IsHead   bool   // the shard's head (Gen is 0)
+	IsSeal   bool
+	IsOther  bool // a key under a generation that is neither (a stray)
+	Registry bool // the registry (Shard is empty)
 }
 
 // ParseWAL parses a key under WALPrefix.
-func (t Table) ParseWAL(key string) (WALKey, bool) {
-	rest, ok := strings.CutPrefix(key, t.WALPrefix())
+func (l Inc) ParseWAL(key string) (WALKey, bool) {
+	rest, ok := strings.CutPrefix(key, l.WALPrefix())
 	if !ok {
 		return WALKey{}, false
 	}
+	if rest == "_registry.json" {
+		return WALKey{Registry: true}, true
+	}
 	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || ValidateShard(parts[0]) != nil {
+	if len(parts) < 2 || ValidateShard(parts[0]) != nil {
+		return WALKey{}, false
+	}
+	if len(parts) == 2 {
+		return WALKey{Shard: parts[0], IsHead: parts[1] == "_head.json", IsOther: parts[1] != "_head.json"}, true
+	}
+	if len(parts) != 3 {
 		return WALKey{}, false
 	}
 	gen, ok := parsePad(parts[1])
@@ -203,7 +267,7 @@ func (t Table) ParseWAL(key string) (WALKey, bool) {
 	default:
 		num, isSeg := strings.CutSuffix(parts[2], ".arrow")
 		seg, okNum := parsePad(num)
-		if isSeg && okNum {
+		if isSeg && okNum && seg > 0 {
 			k.Seg = seg
 		} else {
 			k.IsOther = true
@@ -213,24 +277,24 @@ func (t Table) ParseWAL(key string) (WALKey, bool) {
 }
 
 // PayloadsPrefix lists all large-payload objects.
-func (t Table) PayloadsPrefix() string { return t.name + "/payloads/" }
+func (l Inc) PayloadsPrefix() string { return l.root + "payloads/" }
 
 // Payload is the key of a large payload written by a shard during a
 // generation. Payload objects outlive their generation: a merge re-references
 // them from the base instead of copying (see the engine package).
-func (t Table) Payload(shard string, gen uint64, name string) (string, error) {
+func (l Inc) Payload(shard string, gen uint64, name string) (string, error) {
 	if err := ValidateShard(shard); err != nil {
 		return "", err
 	}
 	if err := validateFile(name); err != nil {
 		return "", err
 	}
-	return t.PayloadsPrefix() + shard + "/" + pad(gen) + "/" + name, nil
+	return l.PayloadsPrefix() + shard + "/" + pad(gen) + "/" + name, nil
 }
 
-// IsPayload reports whether key is a payload object of this table.
-func (t Table) IsPayload(key string) bool {
-	rest, ok := strings.CutPrefix(key, t.PayloadsPrefix())
+// IsPayload reports whether key is a payload object of this incarnation.
+func (l Inc) IsPayload(key string) bool {
+	rest, ok := strings.CutPrefix(key, l.PayloadsPrefix())
 	if !ok {
 		return false
 	}
@@ -243,13 +307,13 @@ func (t Table) IsPayload(key string) bool {
 }
 
 // LeasesPrefix lists lease blobs.
-func (t Table) LeasesPrefix() string { return t.name + "/_leases/" }
+func (l Inc) LeasesPrefix() string { return l.root + "_leases/" }
 
 // ShardLease is the key of the lease blob that fences a shard's writer.
-func (t Table) ShardLease(shard string) string { return t.LeasesPrefix() + "shard-" + shard }
+func (l Inc) ShardLease(shard string) string { return l.LeasesPrefix() + "shard-" + shard }
 
 // MergerLease is the key of the lease blob that makes the merger a singleton.
-func (t Table) MergerLease() string { return t.LeasesPrefix() + "merger" }
+func (l Inc) MergerLease() string { return l.LeasesPrefix() + "merger" }
 
 // TableFromKey returns the table name a key belongs to (its first segment).
 func TableFromKey(key string) (string, bool) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rollstore/rollstore/objstore"
 )
@@ -30,9 +31,17 @@ func TestValidateTable(t *testing.T) {
 }
 
 func TestKeysAreValidAndParse(t *testing.T) {
-	tb, err := ForTable("t1")
+	table, err := ForTable("t1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	incName := NewIncarnationName(time.Unix(1_800_000_000, 0), 0xabcdef)
+	tb, err := table.Incarnation(incName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := table.ParseIncarnation(tb.Version(1)); !ok || got != incName {
+		t.Errorf("ParseIncarnation = %q, %v", got, ok)
 	}
 	df, err := tb.DataFile("00000000000000000007-ab12")
 	if err != nil {
@@ -42,13 +51,13 @@ func TestKeysAreValidAndParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{tb.Descriptor(), tb.Version(42), df,
+	keys := []string{table.Descriptor(), tb.Registry(), tb.Head("writer-0"), tb.Version(42), df,
 		tb.Segment("writer-0", 3, 9), tb.Seal("writer-0", 3), pl, tb.ShardLease("writer-0"), tb.MergerLease()}
 	for _, k := range keys {
 		if err := objstore.ValidateKey(k); err != nil {
 			t.Errorf("key %q invalid for objstore: %v", k, err)
 		}
-		if !strings.HasPrefix(k, tb.Root()) {
+		if !strings.HasPrefix(k, table.Root()) {
 			t.Errorf("key %q outside table root", k)
 		}
 		if name, ok := TableFromKey(k); !ok || name != "t1" {
@@ -61,8 +70,18 @@ func TestKeysAreValidAndParse(t *testing.T) {
 	if _, ok := tb.ParseVersion(tb.VersionsPrefix() + "42.json"); ok {
 		t.Errorf("unpadded version parsed")
 	}
-	if n, ok := tb.ParseDataFile(df); !ok || n != "00000000000000000007-ab12" {
-		t.Errorf("ParseDataFile = %q, %v", n, ok)
+	if n, isIdx, ok := tb.ParseDataObject(df); !ok || isIdx || n != "00000000000000000007-ab12" {
+		t.Errorf("ParseDataObject = %q, %v, %v", n, isIdx, ok)
+	}
+	if k, ok := tb.ParseWAL(tb.Head("writer-0")); !ok || !k.IsHead || k.Shard != "writer-0" {
+		t.Errorf("ParseWAL(head) = %+v, %v", k, ok)
+	}
+	if k, ok := tb.ParseWAL(tb.Registry()); !ok || !k.Registry {
+		t.Errorf("ParseWAL(registry) = %+v, %v", k, ok)
+	}
+	other, _ := table.Incarnation(NewIncarnationName(time.Unix(1_800_000_001, 0), 1))
+	if _, ok := other.ParseWAL(tb.Segment("writer-0", 3, 9)); ok {
+		t.Errorf("a key of one incarnation parsed as another's")
 	}
 	k, ok := tb.ParseWAL(tb.Segment("writer-0", 3, 9))
 	if !ok || k != (WALKey{Shard: "writer-0", Gen: 3, Seg: 9}) {
@@ -87,5 +106,8 @@ func TestKeysAreValidAndParse(t *testing.T) {
 	}
 	if _, err := tb.Payload("../x", 1, "p"); err == nil {
 		t.Errorf("bad shard accepted")
+	}
+	if _, err := table.Incarnation("../i"); err == nil {
+		t.Errorf("bad incarnation accepted")
 	}
 }

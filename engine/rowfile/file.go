@@ -1,7 +1,31 @@
+// Package rowfile defines the rollout record, its one Arrow schema, and the
+// Arrow IPC files rollstore writes for WAL segments and base data files.
+//
+// Every file is a plain Arrow IPC file any Arrow reader can open (pyarrow,
+// Polars, apache-arrow). What makes point reads cheap is known at write time
+// and kept where one small read finds it: the byte range of every record
+// batch (a metadata lookup is one ranged GET of one batch), and for every row
+// its payload's span, size, checksum and content type (a payload read is one
+// ranged GET of exactly its bytes, with every response header known before).
+// The payload column is last in the schema, which puts a batch's payload
+// bytes contiguously at the end of its body; the writer computes each row's
+// span from that rule and verifies it byte for byte against the encoded file
+// before trusting it.
+//
+// Where the layout lives: a base data file's layout is its index object
+// (MarshalLayout, kept beside the file). A WAL segment carries its own
+// layout in the schema metadata at the head of the file, under the key
+// "rollstore.layout", with offsets relative to the end of that header; a
+// reader learns a segment's rows from one ranged GET of its first bytes
+// (ReadHeader), never downloading the segment. The schema metadata also
+// names the schema version ("rollstore.schema_version"), and the metadata
+// column is tagged with the canonical arrow.json extension type.
 package rowfile
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +41,16 @@ import (
 
 // ErrCorrupt reports a file or batch that does not decode as written.
 var ErrCorrupt = errors.New("rowfile: corrupt file")
+
+// SchemaVersion is the version of Schema, recorded in every file's schema
+// metadata. Readers refuse files of a newer version.
+const SchemaVersion = 1
+
+// Schema metadata keys.
+const (
+	MetaSchemaVersion = "rollstore.schema_version"
+	MetaLayout        = "rollstore.layout"
+)
 
 // Column positions in Schema. Payload is last on purpose (see package doc).
 const (
@@ -37,9 +71,16 @@ const (
 	numCols
 )
 
-// Schema is the one Arrow schema of rollout rows: WAL segments, base data
-// files and exports all use it.
-var Schema = arrow.NewSchema([]arrow.Field{
+// jsonField tags a string field with the canonical arrow.json extension
+// type. Extension types travel as field metadata in IPC, so readers that
+// know arrow.json (pyarrow, arrow-go's extensions) see JSON, and the rest
+// see a plain string column.
+func jsonField(name string) arrow.Field {
+	return arrow.Field{Name: name, Type: arrow.BinaryTypes.String, Nullable: true,
+		Metadata: arrow.NewMetadata([]string{"ARROW:extension:name", "ARROW:extension:metadata"}, []string{"arrow.json", ""})}
+}
+
+var fields = []arrow.Field{
 	{Name: "id", Type: arrow.BinaryTypes.String},
 	{Name: "rollout_id", Type: arrow.BinaryTypes.String},
 	{Name: "problem_id", Type: arrow.BinaryTypes.String, Nullable: true},
@@ -49,12 +90,21 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "content_type", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "reward", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
 	{Name: "policy_version", Type: arrow.BinaryTypes.String, Nullable: true},
-	{Name: "metadata", Type: arrow.BinaryTypes.String, Nullable: true},
+	jsonField("metadata"),
 	{Name: "payload_size", Type: arrow.PrimitiveTypes.Int64},
 	{Name: "payload_sha256", Type: &arrow.FixedSizeBinaryType{ByteWidth: 32}},
 	{Name: "payload_ref", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "payload", Type: arrow.BinaryTypes.Binary, Nullable: true},
-}, nil)
+}
+
+// Schema is the one Arrow schema of rollout rows: WAL segments, base data
+// files and exports all use it.
+var Schema = schemaWith(nil, nil)
+
+func schemaWith(keys, values []string) *arrow.Schema {
+	md := arrow.NewMetadata(append([]string{MetaSchemaVersion}, keys...), append([]string{fmt.Sprint(SchemaVersion)}, values...))
+	return arrow.NewSchema(fields, &md)
+}
 
 // Batch locates one record batch inside a file: [Offset, Offset+Length) is a
 // complete encapsulated IPC message.
@@ -66,16 +116,24 @@ type Batch struct {
 	MaxID  string `json:"max_id"`
 }
 
-// Loc locates one row: its batch and row within it, and the byte span of its
-// inline payload within the file (PLen 0 and POff 0 for external payloads).
+// Loc locates one row and says what a payload response needs: its batch and
+// row within it, and its payload's size, checksum, content type, and either
+// the byte span of the inline payload within the file or the key of the
+// payload's own object.
 type Loc struct {
 	ID    string
 	Batch int32
 	Row   int32
-	POff  int64
-	PLen  int64
+	// POff and PLen are the inline payload's span (0, 0 for external).
+	POff int64
+	PLen int64
 	// Ref is the payload object key for external payloads.
-	Ref string
+	Ref         string
+	Size        int64
+	SHA256      [32]byte
+	ContentType string
+	// CreatedAt is the row's creation time in Unix microseconds.
+	CreatedAt int64
 }
 
 // Layout is what a reader needs to serve point reads from a file without
@@ -97,18 +155,32 @@ func (l *Layout) Find(id string) (Loc, bool) {
 
 // MemSize estimates the memory a Layout holds, for byte-bounded caches.
 func (l *Layout) MemSize() int64 {
-	n := int64(64 + len(l.Batches)*80)
+	n := int64(64 + len(l.Batches)*96)
 	for i := range l.Rows {
-		n += int64(len(l.Rows[i].ID)+len(l.Rows[i].Ref)) + 64
+		n += int64(len(l.Rows[i].ID)+len(l.Rows[i].Ref)) + 128
 	}
 	return n
 }
 
-// Options bound batch sizes. Smaller batches make metadata lookups cheaper;
-// larger ones compress and scan better.
+// shift moves every offset by d (relative layouts become absolute).
+func (l *Layout) shift(d int64) {
+	for i := range l.Batches {
+		l.Batches[i].Offset += d
+	}
+	for i := range l.Rows {
+		if l.Rows[i].Ref == "" {
+			l.Rows[i].POff += d
+		}
+	}
+}
+
+// Options shape a file.
 type Options struct {
 	BatchRows  int   // default 256
 	BatchBytes int64 // inline payload bytes per batch, default 64 KiB
+	// EmbedLayout writes the layout into the file's schema metadata (WAL
+	// segments); without it the caller keeps the layout (data files).
+	EmbedLayout bool
 }
 
 func (o Options) withDefaults() Options {
@@ -124,7 +196,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Encode writes rows (sorted by id here; ids must be unique) as an Arrow IPC
-// file and returns its bytes and layout.
+// file and returns its bytes and layout (offsets absolute).
 func Encode(rows []Record, opts Options) ([]byte, *Layout, error) {
 	opts = opts.withDefaults()
 	sorted := make([]*Record, len(rows))
@@ -142,13 +214,9 @@ func Encode(rows []Record, opts Options) ([]byte, *Layout, error) {
 			return nil, nil, fmt.Errorf("rowfile: duplicate id %q in one file", sorted[i].ID)
 		}
 	}
-
-	var buf countingBuffer
-	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator))
-	if err != nil {
-		return nil, nil, err
-	}
-	lay := &Layout{Rows: make([]Loc, 0, len(sorted))}
+	// Cut the rows into batches and build them once; the file may be
+	// written twice (to learn the offsets the embedded layout records).
+	var chunks [][]*Record
 	for start := 0; start < len(sorted); {
 		end, inline := start, int64(0)
 		for end < len(sorted) && end-start < opts.BatchRows {
@@ -159,39 +227,40 @@ func Encode(rows []Record, opts Options) ([]byte, *Layout, error) {
 			inline += n
 			end++
 		}
-		chunk := sorted[start:end]
-		rec := build(chunk)
-		before := buf.Len()
-		err := w.Write(rec)
-		rec.Release()
-		if err != nil {
-			return nil, nil, fmt.Errorf("rowfile: encode: %w", err)
-		}
-		off := int64(before)
-		if len(lay.Batches) == 0 {
-			off = headerLen() // the file header is written lazily with the first batch
-		}
-		b := Batch{Offset: off, Length: int64(buf.Len()) - off, Rows: len(chunk),
-			MinID: chunk[0].ID, MaxID: chunk[len(chunk)-1].ID}
-		bi := int32(len(lay.Batches))
-		lay.Batches = append(lay.Batches, b)
-		// The payload column's data buffer is the last buffer of the body,
-		// padded to 8 bytes: its start is the batch end minus that.
-		pos := b.Offset + b.Length - pad8(inline)
-		for r, rec := range chunk {
-			loc := Loc{ID: rec.ID, Batch: bi, Row: int32(r), Ref: rec.PayloadRef}
-			if rec.Inline() {
-				loc.POff, loc.PLen = pos, int64(len(rec.Payload))
-				pos += loc.PLen
-			}
-			lay.Rows = append(lay.Rows, loc)
-		}
+		chunks = append(chunks, sorted[start:end])
 		start = end
 	}
-	if err := w.Close(); err != nil {
-		return nil, nil, fmt.Errorf("rowfile: encode: %w", err)
+	recs := make([]arrow.RecordBatch, len(chunks))
+	for i, c := range chunks {
+		recs[i] = build(c, fileRule)
 	}
-	data := buf.Bytes()
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+
+	data, hdr, blocks, err := writeFile(Schema, recs)
+	if err != nil {
+		return nil, nil, err
+	}
+	lay := layoutOf(chunks, blocks, hdr) // relative to the end of the header
+	if opts.EmbedLayout {
+		enc := base64.StdEncoding.EncodeToString(MarshalLayout(lay))
+		var hdr2 int64
+		var blocks2 [][2]int64
+		data, hdr2, blocks2, err = writeFile(schemaWith([]string{MetaLayout}, []string{enc}), recs)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range blocks {
+			if blocks[i][0]-hdr != blocks2[i][0]-hdr2 || blocks[i][1] != blocks2[i][1] {
+				return nil, nil, fmt.Errorf("rowfile: batch %d moved between encodings", i)
+			}
+		}
+		hdr = hdr2
+	}
+	lay.shift(hdr)
 	lay.Size = int64(len(data))
 	// Trust the computed spans only after checking them against the bytes.
 	for i, loc := range lay.Rows {
@@ -206,11 +275,152 @@ func Encode(rows []Record, opts Options) ([]byte, *Layout, error) {
 	return data, lay, nil
 }
 
+// writeFile encodes recs as an IPC file with schema sc. It returns the
+// bytes, the header length (magic and schema message) and each batch's
+// [offset, length).
+func writeFile(sc *arrow.Schema, recs []arrow.RecordBatch) ([]byte, int64, [][2]int64, error) {
+	var buf bytes.Buffer
+	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(sc), ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var hdr int64
+	blocks := make([][2]int64, len(recs))
+	for i, rec := range recs {
+		before := int64(buf.Len())
+		if err := w.Write(rec); err != nil {
+			return nil, 0, nil, fmt.Errorf("rowfile: encode: %w", err)
+		}
+		if i == 0 {
+			// The header is written lazily with the first batch.
+			hdr, err = headerLength(buf.Bytes())
+			if err != nil {
+				return nil, 0, nil, err
+			}
+			before = hdr
+		}
+		blocks[i] = [2]int64{before, int64(buf.Len()) - before}
+	}
+	if err := w.Close(); err != nil {
+		return nil, 0, nil, fmt.Errorf("rowfile: encode: %w", err)
+	}
+	if len(recs) == 0 {
+		if hdr, err = headerLength(buf.Bytes()); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	return buf.Bytes(), hdr, blocks, nil
+}
+
+// headerLength parses the length of a file's header: 8 bytes of magic and
+// padding, then the encapsulated schema message (continuation marker,
+// little-endian int32 metadata length, metadata; a schema has no body).
+// It returns an error wrapping io.ErrShortBuffer when b holds less than
+// the first 16 bytes.
+func headerLength(b []byte) (int64, error) {
+	if len(b) < 16 {
+		return 0, fmt.Errorf("rowfile: header: %w", io.ErrShortBuffer)
+	}
+	if !bytes.HasPrefix(b, []byte("ARROW1")) || binary.LittleEndian.Uint32(b[8:12]) != 0xFFFFFFFF {
+		return 0, fmt.Errorf("%w: not an Arrow IPC file", ErrCorrupt)
+	}
+	n := int64(int32(binary.LittleEndian.Uint32(b[12:16])))
+	if n <= 0 || n > 1<<30 {
+		return 0, fmt.Errorf("%w: schema message of %d bytes", ErrCorrupt, n)
+	}
+	return 16 + n, nil
+}
+
+func layoutOf(chunks [][]*Record, blocks [][2]int64, hdr int64) *Layout {
+	lay := &Layout{}
+	for bi, chunk := range chunks {
+		var inline int64
+		for _, r := range chunk {
+			inline += int64(len(r.Payload))
+		}
+		b := Batch{Offset: blocks[bi][0] - hdr, Length: blocks[bi][1], Rows: len(chunk),
+			MinID: chunk[0].ID, MaxID: chunk[len(chunk)-1].ID}
+		lay.Batches = append(lay.Batches, b)
+		// The payload column's data buffer is the last buffer of the body,
+		// padded to 8 bytes: its start is the batch end minus that.
+		pos := b.Offset + b.Length - pad8(inline)
+		for r, rec := range chunk {
+			loc := Loc{ID: rec.ID, Batch: int32(bi), Row: int32(r), Ref: rec.PayloadRef,
+				Size: rec.PayloadSize, SHA256: rec.PayloadSHA256, ContentType: rec.ContentType, CreatedAt: rec.CreatedAt.UnixMicro()}
+			if rec.Inline() {
+				loc.POff, loc.PLen = pos, int64(len(rec.Payload))
+				pos += loc.PLen
+			}
+			lay.Rows = append(lay.Rows, loc)
+		}
+	}
+	return lay
+}
+
+// HeaderPrefetch is how many leading bytes of a segment to read to find its
+// header (layout included) in one request, in the common case.
+const HeaderPrefetch = 16 << 10
+
+// HeaderSize returns how many leading bytes of a file hold its header, from
+// at least its first 16 bytes.
+func HeaderSize(prefix []byte) (int64, error) { return headerLength(prefix) }
+
+// ReadHeader returns the layout a segment embeds, from the file's leading
+// bytes (at least HeaderSize of them) and its total size (0 if unknown).
+func ReadHeader(prefix []byte, size int64) (*Layout, error) {
+	hdr, err := headerLength(prefix)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(prefix)) < hdr {
+		return nil, fmt.Errorf("rowfile: header of %d bytes, have %d: %w", hdr, len(prefix), io.ErrShortBuffer)
+	}
+	r, err := ipc.NewReader(bytes.NewReader(prefix[8:hdr]), ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		return nil, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+	}
+	defer r.Release()
+	md := r.Schema().Metadata()
+	if v := md.FindKey(MetaSchemaVersion); v < 0 || md.Values()[v] != fmt.Sprint(SchemaVersion) {
+		return nil, fmt.Errorf("%w: unsupported schema version", ErrCorrupt)
+	}
+	i := md.FindKey(MetaLayout)
+	if i < 0 {
+		return nil, fmt.Errorf("%w: no embedded layout", ErrCorrupt)
+	}
+	raw, err := base64.StdEncoding.DecodeString(md.Values()[i])
+	if err != nil {
+		return nil, fmt.Errorf("%w: embedded layout: %v", ErrCorrupt, err)
+	}
+	lay, err := UnmarshalLayout(raw)
+	if err != nil {
+		return nil, err
+	}
+	lay.shift(hdr)
+	lay.Size = size
+	for _, b := range lay.Batches {
+		if b.Offset < hdr || (size > 0 && b.Offset+b.Length > size) {
+			return nil, fmt.Errorf("%w: batch outside the file", ErrCorrupt)
+		}
+	}
+	return lay, nil
+}
+
 func pad8(n int64) int64 { return (n + 7) &^ 7 }
 
-type countingBuffer struct{ bytes.Buffer }
+// payloadRule says what the payload column holds for a row.
+type payloadRule int
 
-func build(rows []*Record) arrow.RecordBatch {
+const (
+	// fileRule: inline payload bytes (empty is empty), external payloads null.
+	fileRule payloadRule = iota
+	// exportRule: the bytes when loaded, null when left out.
+	exportRule
+	// omitRule: always null (a scan without payloads).
+	omitRule
+)
+
+func build(rows []*Record, rule payloadRule) arrow.RecordBatch {
 	b := array.NewRecordBuilder(memory.DefaultAllocator, Schema)
 	defer b.Release()
 	str := func(i int) *array.StringBuilder { return b.Field(i).(*array.StringBuilder) }
@@ -239,11 +449,12 @@ func build(rows []*Record) arrow.RecordBatch {
 		b.Field(colPayloadSize).(*array.Int64Builder).Append(r.PayloadSize)
 		b.Field(colPayloadSHA256).(*array.FixedSizeBinaryBuilder).Append(r.PayloadSHA256[:])
 		optStr(colPayloadRef, r.PayloadRef)
-		// Exports may carry an external payload's bytes too.
-		if r.Inline() || r.Payload != nil {
-			b.Field(colPayload).(*array.BinaryBuilder).Append(r.Payload)
-		} else {
-			b.Field(colPayload).AppendNull()
+		pb := b.Field(colPayload).(*array.BinaryBuilder)
+		switch {
+		case rule == fileRule && r.Inline(), rule == exportRule && r.Payload != nil:
+			pb.Append(r.Payload)
+		default:
+			pb.AppendNull()
 		}
 	}
 	return b.NewRecordBatch()
@@ -271,10 +482,6 @@ func streamSchema() []byte {
 
 var eos = []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}
 
-// headerLen is the length of a file's header: magic padded to 8, then the
-// schema message.
-func headerLen() int64 { return 8 + int64(len(streamSchema())) }
-
 // DecodeBatch decodes one batch message (the bytes of a Batch range).
 // withPayload=false drops inline payload bytes from the records.
 func DecodeBatch(msg []byte, withPayload bool) ([]Record, error) {
@@ -286,7 +493,9 @@ func DecodeBatch(msg []byte, withPayload bool) ([]Record, error) {
 	defer r.Release()
 	var out []Record
 	for r.Next() {
-		out = appendRecords(out, r.RecordBatch(), withPayload)
+		if out, err = appendRecords(out, r.RecordBatch(), withPayload); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -296,7 +505,7 @@ func DecodeBatch(msg []byte, withPayload bool) ([]Record, error) {
 
 // Decode reads every row of a whole file held in memory.
 func Decode(data []byte, withPayload bool) ([]Record, error) {
-	fr, err := ipc.NewFileReader(bytes.NewReader(data), ipc.WithSchema(Schema))
+	fr, err := ipc.NewFileReader(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
@@ -307,94 +516,56 @@ func Decode(data []byte, withPayload bool) ([]Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: batch %d: %v", ErrCorrupt, i, err)
 		}
-		out = appendRecords(out, rec, withPayload)
+		out, err = appendRecords(out, rec, withPayload)
 		rec.Release()
+		if err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// LayoutOf rebuilds the layout of a whole file held in memory, for files
-// whose layout was not kept (a segment of a generation not yet sealed). The
-// batch boundaries come from walking the file's messages in order; payload
-// spans are derived as in Encode and verified against the bytes.
-func LayoutOf(data []byte) (*Layout, []Record, error) {
-	if len(data) < 16 || !bytes.HasPrefix(data, []byte("ARROW1")) {
-		return nil, nil, fmt.Errorf("%w: not an Arrow IPC file", ErrCorrupt)
+// stringsOf returns a string column, also when it arrives as an extension
+// array (arrow.json on a process that registered the extension type).
+func stringsOf(a arrow.Array) (*array.String, bool) {
+	if ext, ok := a.(array.ExtensionArray); ok {
+		a = ext.Storage()
 	}
-	src := bytes.NewReader(data[8:])
-	mr := ipc.NewMessageReader(src)
-	defer mr.Release()
-	pos := func() int64 { return int64(len(data)) - int64(src.Len()) }
-	lay := &Layout{Size: int64(len(data))}
-	var all []Record
-	for {
-		start := pos()
-		msg, err := mr.Message()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		typ := msg.Type()
-		msg.Release()
-		if typ != ipc.MessageRecordBatch {
-			continue
-		}
-		end := pos()
-		rows, err := DecodeBatch(data[start:end], true)
-		if err != nil {
-			return nil, nil, err
-		}
-		bi := int32(len(lay.Batches))
-		b := Batch{Offset: start, Length: end - start, Rows: len(rows)}
-		if len(rows) > 0 {
-			b.MinID, b.MaxID = rows[0].ID, rows[len(rows)-1].ID
-		}
-		var inline int64
-		for _, r := range rows {
-			inline += int64(len(r.Payload))
-		}
-		p := end - pad8(inline)
-		for j := range rows {
-			loc := Loc{ID: rows[j].ID, Batch: bi, Row: int32(j), Ref: rows[j].PayloadRef}
-			if rows[j].Inline() {
-				loc.POff, loc.PLen = p, int64(len(rows[j].Payload))
-				if p < start || p+loc.PLen > end || !bytes.Equal(data[p:p+loc.PLen], rows[j].Payload) {
-					return nil, nil, fmt.Errorf("%w: payload span of %q", ErrCorrupt, rows[j].ID)
-				}
-				p += loc.PLen
-			}
-			lay.Rows = append(lay.Rows, loc)
-		}
-		lay.Batches = append(lay.Batches, b)
-		all = append(all, rows...)
-	}
-	sort.Slice(lay.Rows, func(i, j int) bool { return lay.Rows[i].ID < lay.Rows[j].ID })
-	return lay, all, nil
+	s, ok := a.(*array.String)
+	return s, ok
 }
 
-func appendRecords(out []Record, rec arrow.RecordBatch, withPayload bool) []Record {
+func appendRecords(out []Record, rec arrow.RecordBatch, withPayload bool) ([]Record, error) {
 	cols := rec.Columns()
-	str := func(i int) *array.String { return cols[i].(*array.String) }
+	if len(cols) != numCols {
+		return nil, fmt.Errorf("%w: %d columns, want %d", ErrCorrupt, len(cols), numCols)
+	}
+	strs := make([]*array.String, numCols)
+	for _, i := range []int{colID, colRolloutID, colProblemID, colRole, colContentType, colPolicyVersion, colMetadata, colPayloadRef} {
+		s, ok := stringsOf(cols[i])
+		if !ok {
+			return nil, fmt.Errorf("%w: column %d is %s", ErrCorrupt, i, cols[i].DataType())
+		}
+		strs[i] = s
+	}
 	for r := 0; r < int(rec.NumRows()); r++ {
 		x := Record{
-			ID:            str(colID).Value(r),
-			RolloutID:     str(colRolloutID).Value(r),
-			ProblemID:     str(colProblemID).Value(r),
+			ID:            strs[colID].Value(r),
+			RolloutID:     strs[colRolloutID].Value(r),
+			ProblemID:     strs[colProblemID].Value(r),
 			Sequence:      cols[colSequence].(*array.Int64).Value(r),
-			Role:          str(colRole).Value(r),
+			Role:          strs[colRole].Value(r),
 			CreatedAt:     time.UnixMicro(int64(cols[colCreatedAt].(*array.Timestamp).Value(r))).UTC(),
-			ContentType:   str(colContentType).Value(r),
-			PolicyVersion: str(colPolicyVersion).Value(r),
+			ContentType:   strs[colContentType].Value(r),
+			PolicyVersion: strs[colPolicyVersion].Value(r),
 			PayloadSize:   cols[colPayloadSize].(*array.Int64).Value(r),
-			PayloadRef:    str(colPayloadRef).Value(r),
+			PayloadRef:    strs[colPayloadRef].Value(r),
 		}
 		if cols[colReward].IsValid(r) {
 			v := cols[colReward].(*array.Float64).Value(r)
 			x.Reward = &v
 		}
-		if m := str(colMetadata).Value(r); m != "" {
+		if m := strs[colMetadata].Value(r); m != "" {
 			x.Metadata = []byte(m)
 		}
 		copy(x.PayloadSHA256[:], cols[colPayloadSHA256].(*array.FixedSizeBinary).Value(r))
@@ -406,15 +577,25 @@ func appendRecords(out []Record, rec arrow.RecordBatch, withPayload bool) []Reco
 		}
 		out = append(out, x)
 	}
-	return out
+	return out, nil
 }
 
 // StreamWriter writes rows as an Arrow IPC stream with Schema, for exports.
-type StreamWriter struct{ w *ipc.Writer }
+type StreamWriter struct {
+	w    *ipc.Writer
+	rule payloadRule
+}
 
-// NewStreamWriter starts a stream on w.
-func NewStreamWriter(w io.Writer) *StreamWriter {
-	return &StreamWriter{w: ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator))}
+// NewStreamWriter starts a stream on w. With payloads, a row's payload
+// column holds its bytes when the row carries them (Payload non-nil) and is
+// null when they were left out; without, it is null for every row, so that
+// "omitted" and "empty" differ.
+func NewStreamWriter(w io.Writer, payloads bool) *StreamWriter {
+	rule := omitRule
+	if payloads {
+		rule = exportRule
+	}
+	return &StreamWriter{w: ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator)), rule: rule}
 }
 
 // Write writes rows as one record batch.
@@ -426,7 +607,7 @@ func (s *StreamWriter) Write(rows []Record) error {
 	for i := range rows {
 		ptrs[i] = &rows[i]
 	}
-	rec := build(ptrs)
+	rec := build(ptrs, s.rule)
 	defer rec.Release()
 	return s.w.Write(rec)
 }
@@ -473,8 +654,15 @@ func recordsByName(batch arrow.RecordBatch) ([]Record, error) {
 			return nil, nil
 		}
 		c := batch.Column(idx[0])
-		if !arrow.TypeEqual(c.DataType(), want) {
+		got := c.DataType()
+		if ext, ok := got.(arrow.ExtensionType); ok {
+			got = ext.StorageType()
+		}
+		if !arrow.TypeEqual(got, want) {
 			return nil, fmt.Errorf("%w: column %s is %s, want %s", ErrInvalidRecord, name, c.DataType(), want)
+		}
+		if ext, ok := c.(array.ExtensionArray); ok {
+			c = ext.Storage()
 		}
 		return c, nil
 	}

@@ -84,22 +84,51 @@ func TestEncodeLayoutAndBatches(t *testing.T) {
 			t.Fatal("rows not sorted by id")
 		}
 	}
-	lay2, all2, err := LayoutOf(data)
+}
+
+// A segment embeds its layout in its header: the first bytes of the file
+// give exactly what Encode returned, and any Arrow reader still opens it.
+func TestEmbeddedLayout(t *testing.T) {
+	rows := testRows(500, rand.New(rand.NewPCG(5, 6)))
+	data, lay, err := Encode(rows, Options{BatchRows: 40, EmbedLayout: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all2) != len(rows) || len(lay2.Batches) != len(lay.Batches) {
-		t.Fatalf("LayoutOf: %d rows %d batches", len(all2), len(lay2.Batches))
+	hdr, err := HeaderSize(data[:16])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHeader(data[:hdr-1], int64(len(data))); err == nil {
+		t.Fatal("a truncated header was read")
+	}
+	got, err := ReadHeader(data[:hdr], int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Size != lay.Size || len(got.Rows) != len(lay.Rows) || len(got.Batches) != len(lay.Batches) {
+		t.Fatalf("header layout: %d rows %d batches, want %d %d", len(got.Rows), len(got.Batches), len(lay.Rows), len(lay.Batches))
 	}
 	for i := range lay.Rows {
-		if lay.Rows[i] != lay2.Rows[i] {
-			t.Fatalf("LayoutOf differs at %d: %+v vs %+v", i, lay.Rows[i], lay2.Rows[i])
+		if got.Rows[i] != lay.Rows[i] {
+			t.Fatalf("row %d: %+v != %+v", i, got.Rows[i], lay.Rows[i])
 		}
 	}
 	for i := range lay.Batches {
-		if lay.Batches[i] != lay2.Batches[i] {
-			t.Fatalf("batch %d differs: %+v vs %+v", i, lay.Batches[i], lay2.Batches[i])
+		if got.Batches[i] != lay.Batches[i] {
+			t.Fatalf("batch %d: %+v != %+v", i, got.Batches[i], lay.Batches[i])
 		}
+	}
+	all, err := Decode(data, true)
+	if err != nil || len(all) != len(rows) {
+		t.Fatalf("Decode of a segment: %d rows, %v", len(all), err)
+	}
+	// Files without an embedded layout (data files) say so.
+	plain, _, err := Encode(rows[:3], Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHeader(plain, int64(len(plain))); err == nil {
+		t.Fatal("a file without a layout yielded one")
 	}
 }
 
@@ -114,8 +143,8 @@ func TestDecodeCorrupt(t *testing.T) {
 	if _, err := DecodeBatch([]byte("garbage-garbage!"), false); err == nil {
 		t.Fatal("garbage decoded")
 	}
-	if _, _, err := LayoutOf([]byte("nope")); err == nil {
-		t.Fatal("garbage file decoded")
+	if _, err := ReadHeader([]byte("nope, not an arrow file at all"), 30); err == nil {
+		t.Fatal("garbage header decoded")
 	}
 }
 

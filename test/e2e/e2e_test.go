@@ -68,7 +68,7 @@ func TestManyProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := &observer{store: store, lay: lay}
+	obs := &observer{store: store, table: lay}
 
 	c := newCluster(t, connStr, []string{
 		"--store", "azure",

@@ -18,7 +18,27 @@ import (
 // merged but not yet reclaimed.
 type observer struct {
 	store objstore.Bucket // under the cluster's prefix
-	lay   layout.Table
+	table layout.Table
+	lay   layout.Inc // the table's incarnation, once it exists (see resolve)
+}
+
+// resolve finds the incarnation the table's descriptor names.
+func (o *observer) resolve(ctx context.Context) error {
+	if o.lay.Name() != "" {
+		return nil
+	}
+	data, _, err := objstore.ReadAll(ctx, o.store, o.table.Descriptor(), 1<<20)
+	if err != nil {
+		return err
+	}
+	var d struct {
+		Incarnation string `json:"incarnation"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		return err
+	}
+	o.lay, err = o.table.Incarnation(d.Incarnation)
+	return err
 }
 
 type genRef struct {
@@ -37,7 +57,10 @@ type baseState struct {
 
 func (o *observer) base(ctx context.Context) (baseState, error) {
 	st := baseState{data: map[string]uint64{}}
-	err := o.store.List(ctx, o.lay.Name()+"/base/", objstore.ListOptions{}, func(e objstore.Entry) error {
+	if err := o.resolve(ctx); err != nil {
+		return st, err
+	}
+	err := o.store.List(ctx, o.lay.Root()+"base/", objstore.ListOptions{}, func(e objstore.Entry) error {
 		if v, ok := o.lay.ParseVersion(e.Key); ok {
 			st.latest = max(st.latest, v)
 		} else if name, _, ok := o.lay.ParseDataObject(e.Key); ok {
@@ -76,6 +99,9 @@ func (s baseState) uncommitted(before baseState) []string {
 }
 
 func (o *observer) manifest(ctx context.Context, v uint64) (*engine.Manifest, error) {
+	if err := o.resolve(ctx); err != nil {
+		return nil, err
+	}
 	data, _, err := objstore.ReadAll(ctx, o.store, o.lay.Version(v), 64<<20)
 	if err != nil {
 		return nil, err
@@ -91,8 +117,11 @@ func (o *observer) manifest(ctx context.Context, v uint64) (*engine.Manifest, er
 func (o *observer) generations(ctx context.Context) ([]genRef, error) {
 	seen := map[genRef]bool{}
 	var out []genRef
+	if err := o.resolve(ctx); err != nil {
+		return nil, err
+	}
 	err := o.store.List(ctx, o.lay.WALPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		if k, ok := o.lay.ParseWAL(e.Key); ok {
+		if k, ok := o.lay.ParseWAL(e.Key); ok && !k.Registry && !k.IsHead {
 			g := genRef{k.Shard, k.Gen}
 			if !seen[g] {
 				seen[g] = true

@@ -151,7 +151,7 @@ var (
 	descRefreshes = prometheus.NewDesc("rollstore_snapshot_refreshes_total",
 		"Resident snapshot refreshes performed.", nil, nil)
 	descAppends = prometheus.NewDesc("rollstore_appends_total",
-		"Appends by result: created, identical_retry, conflict.", []string{"result"}, nil)
+		"Appends by result: created, identical_retry, conflict, backpressure.", []string{"result"}, nil)
 	descSegments = prometheus.NewDesc("rollstore_wal_segments_written_total",
 		"WAL segments written (group commits).", nil, nil)
 	descSeals = prometheus.NewDesc("rollstore_generations_sealed_total",
@@ -220,6 +220,7 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descAppends, st.Appends.Load(), "created")
 	counter(descAppends, st.AppendRetries.Load(), "identical_retry")
 	counter(descAppends, st.AppendConflict.Load(), "conflict")
+	counter(descAppends, st.AppendBackpressure.Load(), "backpressure")
 	counter(descSegments, st.Segments.Load())
 	counter(descSeals, st.Seals.Load())
 	counter(descMerges, st.Merges.Load())
@@ -232,11 +233,11 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFilesCollected, st.FilesCollected.Load())
 	counter(descOrphans, st.OrphansSwept.Load())
 
-	layouts, batches := c.db.CacheStats()
+	layouts, batches, payloads := c.db.CacheStats()
 	for _, x := range []struct {
 		name string
 		st   cache.Stats
-	}{{"layouts", layouts}, {"batches", batches}} {
+	}{{"layouts", layouts}, {"batches", batches}, {"payloads", payloads}} {
 		ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(x.st.Hits), x.name)
 		ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(x.st.Misses), x.name)
 		ch <- prometheus.MustNewConstMetric(descCacheEvictions, prometheus.CounterValue, float64(x.st.Evictions), x.name)

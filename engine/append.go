@@ -3,10 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,35 +12,6 @@ import (
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/objstore"
 )
-
-// sealRecord closes a generation: the segments that belong to it and their
-// row layouts, so readers and the merge need one GET for the whole
-// generation. Segments a seal does not list are not part of it.
-type sealRecord struct {
-	Shard    string          `json:"shard"`
-	Gen      uint64          `json:"generation"`
-	SealedAt time.Time       `json:"sealed_at"`
-	Segments []sealedSegment `json:"segments"`
-}
-
-type sealedSegment struct {
-	Seq    uint64          `json:"seq"`
-	Size   int64           `json:"size"`
-	Layout *rowfile.Layout `json:"layout"`
-}
-
-func decodeSeal(data []byte) (*sealRecord, error) {
-	var s sealRecord
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, err
-	}
-	for _, seg := range s.Segments {
-		if seg.Layout == nil {
-			return nil, fmt.Errorf("seal record: segment %d has no layout", seg.Seq)
-		}
-	}
-	return &s, nil
-}
 
 // AppendResult describes an acknowledged append.
 type AppendResult struct {
@@ -60,11 +28,11 @@ type AppendResult struct {
 // Append returns once the row's segment is durable.
 func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64) (AppendResult, error) {
 	cfg := t.db.cfg
-	if t.dropped.Load() {
-		return AppendResult{}, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+	if err := t.live(); err != nil {
+		return AppendResult{}, err
 	}
 	if rec.CreatedAt.IsZero() {
-		rec.CreatedAt = cfg.Now()
+		rec.CreatedAt = t.db.rt.Now()
 	}
 	rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
 	if rec.ContentType == "" {
@@ -84,7 +52,7 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 	if err := w.stream(ctx, &rec, r, size); err != nil {
 		return AppendResult{}, err
 	}
-	if err := cfg.Hooks.Call(ctx, "write:after-payload"); err != nil {
+	if err := t.db.point(ctx, "write:after-payload"); err != nil {
 		return AppendResult{}, err // a crash here leaves an orphan payload
 	}
 	res, queued, err := w.submit(ctx, []*Record{&rec})
@@ -125,8 +93,8 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // put. An identical retry of an item reports Created=false for it.
 func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendResult, error) {
 	cfg := t.db.cfg
-	if t.dropped.Load() {
-		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, t.Name())
+	if err := t.live(); err != nil {
+		return nil, err
 	}
 	if len(items) == 0 {
 		return nil, nil
@@ -140,7 +108,7 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 	for i := range items {
 		rec := items[i].Record
 		if rec.CreatedAt.IsZero() {
-			rec.CreatedAt = cfg.Now()
+			rec.CreatedAt = t.db.rt.Now()
 		}
 		rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
 		if rec.ContentType == "" {
@@ -233,12 +201,12 @@ func (w *shardWriter) stream(ctx context.Context, rec *Record, r io.Reader, size
 		h.Write(head)
 		rec.Payload, rec.PayloadSize = head, int64(len(head))
 	} else {
-		key, err := w.t.lay.Payload(w.shard, w.currentGen(), randomName())
+		key, err := w.t.lay.Payload(w.shard, w.currentGen(), w.t.db.randomName())
 		if err != nil {
 			return err
 		}
 		counted := &countingReader{r: io.TeeReader(io.MultiReader(bytes.NewReader(head), limited), h)}
-		if _, err := w.t.db.store.Put(ctx, key, counted, objstore.PutOptions{Size: size}); err != nil {
+		if _, err := w.t.db.store.Put(ctx, key, counted, objstore.PutOptions{Size: size, ContentType: rec.ContentType}); err != nil {
 			_ = w.t.db.store.Delete(context.WithoutCancel(ctx), key)
 			if limited.over {
 				return fmt.Errorf("%w: exceeds %d bytes", ErrTooLarge, cfg.MaxPayload)
@@ -257,7 +225,7 @@ func (w *shardWriter) stream(ctx context.Context, rec *Record, r io.Reader, size
 
 func (w *shardWriter) discardPayload(rec *Record) {
 	if rec.PayloadRef != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := w.t.db.rt.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// Best effort; the orphan sweep removes what this misses.
 		_ = w.t.db.store.Delete(ctx, rec.PayloadRef)
@@ -314,15 +282,4 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
-}
-
-func randomName() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// errFenced wraps ErrFenced with the key that proved it.
-func errFenced(key string, err error) error {
-	return fmt.Errorf("%w: %s already written by another writer: %w", ErrFenced, key, err)
 }

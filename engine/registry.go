@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/objstore"
+)
+
+// registry is an incarnation's directory of shards: which exist, which are
+// active (have a writer that may acknowledge), and when each last changed,
+// plus a hint of the newest base version. It is small and changes rarely
+// (a writer taking a shard or going idle, a merge committing), so readers
+// check it with one HEAD per refresh and read it only when its ETag moved.
+//
+// The active set is what makes a refresh cost one round trip however many
+// shards a table has: a reader probes the heads of active shards, and of
+// shards that changed since the registry version its view was built from;
+// an idle shard's head was probed when it went idle and cannot have moved
+// since (a writer re-registers as active before it acknowledges again).
+type registry struct {
+	Version uint64                `json:"version"`
+	Dropped bool                  `json:"dropped,omitempty"`
+	Base    uint64                `json:"base"`
+	Shards  map[string]shardEntry `json:"shards"`
+
+	etag string
+}
+
+type shardEntry struct {
+	Active  bool   `json:"active"`
+	Changed uint64 `json:"changed"`
+}
+
+// errDropped reports an incarnation whose registry or head is a drop's
+// tombstone.
+var errDropped = fmt.Errorf("%w: dropped", ErrTableNotFound)
+
+func encodeRegistry(r *registry) []byte {
+	if r.Shards == nil {
+		r.Shards = map[string]shardEntry{}
+	}
+	b, _ := json.Marshal(r)
+	return b
+}
+
+func createRegistry(ctx context.Context, db *DB, inc layout.Inc) error {
+	body := encodeRegistry(&registry{Version: 1})
+	_, err := db.store.Put(ctx, inc.Registry(), bytes.NewReader(body),
+		objstore.PutOptions{IfNotExists: true, Size: int64(len(body)), ContentType: "application/json"})
+	return err
+}
+
+func readRegistry(ctx context.Context, db *DB, inc layout.Inc) (*registry, objstore.Attrs, error) {
+	data, attrs, err := objstore.ReadAll(ctx, db.store, inc.Registry(), db.cfg.MaxManifestBytes)
+	if err != nil {
+		return nil, attrs, err
+	}
+	var r registry
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, attrs, fmt.Errorf("registry of %s: %w", inc.Table(), err)
+	}
+	if r.Shards == nil {
+		r.Shards = map[string]shardEntry{}
+	}
+	r.etag = attrs.ETag
+	return &r, attrs, nil
+}
+
+// updateRegistry applies fn to the registry by compare-and-swap until it
+// lands or fn reports no change. fn must be idempotent: after a lost
+// response it is applied to the registry as that write left it.
+func updateRegistry(ctx context.Context, db *DB, inc layout.Inc, fn func(r *registry) bool) (*registry, error) {
+	for attempt := 0; ; attempt++ {
+		r, _, err := readRegistry(ctx, db, inc)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s has no registry", errDropped, inc.Table())
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.Dropped {
+			return nil, fmt.Errorf("%w: %s", errDropped, inc.Table())
+		}
+		if !fn(r) {
+			return r, nil
+		}
+		r.Version++
+		body := encodeRegistry(r)
+		attrs, err := db.store.Put(ctx, inc.Registry(), bytes.NewReader(body),
+			objstore.PutOptions{IfMatch: r.etag, Size: int64(len(body)), ContentType: "application/json"})
+		if err == nil {
+			r.etag = attrs.ETag
+			return r, nil
+		}
+		if !errors.Is(err, objstore.ErrPrecondition) && !errors.Is(err, objstore.ErrNotFound) {
+			return nil, err
+		}
+		if attempt == 50 {
+			return nil, fmt.Errorf("registry of %s: %d compare-and-swap attempts lost: %w", inc.Table(), attempt+1, err)
+		}
+		// Someone else changed it: back off a little, at random, and retry.
+		backoff := time.Duration(1+db.rt.Rand()%uint64(min(1+attempt, 20))) * time.Millisecond
+		if _, err := db.rt.Wait(ctx, db.rt.After(backoff)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// setActive marks a shard active or idle in the registry.
+func setActive(ctx context.Context, db *DB, inc layout.Inc, shard string, active bool) error {
+	_, err := updateRegistry(ctx, db, inc, func(r *registry) bool {
+		e, ok := r.Shards[shard]
+		if ok && e.Active == active {
+			return false
+		}
+		r.Shards[shard] = shardEntry{Active: active, Changed: r.Version + 1}
+		return true
+	})
+	return err
+}
+
+// noteBase records v as the newest base version in the registry, so that
+// readers learn of it without probing. Best effort: a missed hint costs
+// readers a probe, never correctness.
+func noteBase(ctx context.Context, db *DB, inc layout.Inc, v uint64) {
+	_, err := updateRegistry(ctx, db, inc, func(r *registry) bool {
+		if r.Base >= v {
+			return false
+		}
+		r.Base = v
+		return true
+	})
+	if err != nil && !errors.Is(err, ErrTableNotFound) {
+		db.cfg.Logger.Warn("recording the base version in the registry", "table", inc.Table(), "version", v, "err", err)
+	}
+}
+
+// tombstone replaces the registry and every registered shard's head by a
+// drop's tombstone. A writer registering meanwhile makes the registry swap
+// fail and is seen on the retry, so no shard escapes.
+func tombstone(ctx context.Context, db *DB, inc layout.Inc) error {
+	var shards []string
+	for attempt := 0; ; attempt++ {
+		r, attrs, err := readRegistry(ctx, db, inc)
+		opts := objstore.PutOptions{IfMatch: attrs.ETag, ContentType: "application/json"}
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			r, opts = &registry{}, objstore.PutOptions{IfNotExists: true, ContentType: "application/json"}
+		case err != nil:
+			return err
+		case r.Dropped:
+			shards = sortedKeys(r.Shards)
+			return tombstoneHeads(ctx, db, inc, shards)
+		}
+		r.Version++
+		r.Dropped = true
+		body := encodeRegistry(r)
+		opts.Size = int64(len(body))
+		_, err = db.store.Put(ctx, inc.Registry(), bytes.NewReader(body), opts)
+		if err == nil {
+			return tombstoneHeads(ctx, db, inc, sortedKeys(r.Shards))
+		}
+		if !errors.Is(err, objstore.ErrPrecondition) || attempt == 50 {
+			return fmt.Errorf("tombstoning the registry: %w", err)
+		}
+	}
+}
+
+func tombstoneHeads(ctx context.Context, db *DB, inc layout.Inc, shards []string) error {
+	for _, s := range shards {
+		body := []byte(`{"dropped":true}`)
+		_, err := db.store.Put(ctx, inc.Head(s), bytes.NewReader(body), objstore.PutOptions{
+			Size: int64(len(body)), ContentType: "application/json", Metadata: map[string]string{"dropped": "1"}})
+		if err != nil && !errors.Is(err, objstore.ErrLeased) {
+			return fmt.Errorf("tombstoning the head of shard %s: %w", s, err)
+		}
+	}
+	return nil
+}
