@@ -53,13 +53,14 @@ func heapPeak(fn func()) uint64 {
 // decoding only, up to the row or byte limit and never the rest of the
 // body: the body itself and, for Arrow, one record batch being checked. An
 // accepted one also costs the engine's commit: its own copy of the
-// payloads and the encoded segment, whose buffer grows as it goes.
-// Measured (8 MiB limit): refused ≤ 1.8× (2.8× under -race), accepted
-// ≤ 7.4× (9.1× under -race), of which decoding is under 2×; the bounds
+// payloads and the encoded segment (rowfile.Encode, which writes a segment
+// twice to embed its layout, into buffers that grow as they go).
+// Measured (8 MiB limit): refused ≤ 1.8× (2.8× under -race); accepted
+// ≤ 10.2× (13.5× under -race), of which decoding is under 2×; the bounds
 // leave room for the garbage collector's timing.
 const (
 	refusedBatchMemMultiple  = 4
-	acceptedBatchMemMultiple = 12
+	acceptedBatchMemMultiple = 16
 )
 
 // TestBatchMemoryIsBounded posts batches of --max-batch-body bytes over
