@@ -37,6 +37,11 @@ var (
 	// ErrThrottled: the store kept answering 429/503 after the client's own
 	// retries. Callers surface it as "retry later".
 	ErrThrottled = errors.New("objstore: throttled")
+	// ErrUnavailable: the store could not be reached or did not answer in
+	// time after the client's own retries (connection refused or reset,
+	// no route, a DNS failure, a transport timeout, a gateway's 502/504).
+	// Callers surface it as "retry later"; it never means a missing object.
+	ErrUnavailable = errors.New("objstore: store unavailable")
 	// ErrInvalidKey: the key is malformed (empty, absolute, "..", NUL, ...),
 	// or so are a metadata key or the content type of a Put.
 	ErrInvalidKey = errors.New("objstore: invalid key")

@@ -267,3 +267,13 @@ func TestReadTokens(t *testing.T) {
 		t.Fatal("a missing file was accepted")
 	}
 }
+
+func TestServeHelpStatesBatchRowLimit(t *testing.T) {
+	env, stdout, _ := testCmdEnv(nil)
+	if code := run(context.Background(), []string{"serve", "--help"}, env); code != 0 {
+		t.Fatalf("--help exited %d", code)
+	}
+	if !strings.Contains(stdout.String(), "at most 4096 rows") {
+		t.Fatalf("--help does not state the batch row limit:\n%s", stdout)
+	}
+}

@@ -58,7 +58,7 @@ func defaultStoreConfig() storeConfig {
 	return storeConfig{
 		store: "local",
 		data:  "./data",
-		azure: azure.Config{Auth: azure.AuthDefault},
+		azure: azure.Config{Auth: azure.AuthDefault, Retry: azure.RetryConfig{MaxElapsed: azure.DefaultMaxElapsed}},
 	}
 }
 
@@ -87,6 +87,7 @@ func (c *storeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.azure.AccountKey, "azure-account-key", c.azure.AccountKey, "Azure account key (auth shared-key; prefer the environment variable)")
 	fs.StringVar(&c.azure.Endpoint, "azure-endpoint", c.azure.Endpoint, "Azure blob endpoint `URL` (default https://<account>.blob.core.windows.net)")
 	fs.BoolVar(&c.azure.CreateContainer, "azure-create-container", c.azure.CreateContainer, "create the Azure container if it is missing")
+	fs.DurationVar(&c.azure.Retry.MaxElapsed, "azure-retry-budget", c.azure.Retry.MaxElapsed, "how long one Azure request may keep failing (retries, and connecting) before its error is answered: 503 with Retry-After for an unreachable store; negative: the SDK's retry count alone")
 }
 
 func (c *storeConfig) validate() error {
@@ -112,9 +113,11 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 
 	fs.Var(byteSize{&c.server.MaxBodyBytes}, "max-body", "largest payload `size` one PUT may send (413 above)")
 	fs.IntVar(&c.server.MaxRecordHeaderBytes, "max-record-header", c.server.MaxRecordHeaderBytes, "largest Rollstore-Record header in `bytes` (431 above)")
-	fs.Var(byteSize{&c.server.MaxBatchBytes}, "max-batch-body", "largest batch body `size`; batches are decoded in memory (413 above)")
-	fs.DurationVar(&c.server.UploadIdleTimeout, "upload-idle-timeout", c.server.UploadIdleTimeout, "answer 408 to an upload that sends nothing for this long; 0 disables")
+	fs.Var(byteSize{&c.server.MaxBatchBytes}, "max-batch-body", fmt.Sprintf("largest batch body `size`, and largest decoded batch; a batch also holds at most %d rows (413 above either)", c.engine.SegmentMaxRows))
+	fs.DurationVar(&c.server.UploadIdleTimeout, "upload-idle-timeout", c.server.UploadIdleTimeout, "answer 408 to an upload that sends nothing for this long; 0 disables it and --upload-min-rate")
+	fs.Var(byteSize{&c.server.UploadMinRate}, "upload-min-rate", "`size` per second an upload must average after its first --upload-idle-timeout (408 below); 0 disables")
 	fs.IntVar(&c.server.MaxConcurrentRequests, "max-concurrent-requests", c.server.MaxConcurrentRequests, "API requests served at once; more get 503 with Retry-After")
+	fs.IntVar(&c.server.MaxConcurrentUploads, "max-concurrent-uploads", c.server.MaxConcurrentUploads, "uploads (PUT of a rollout, batches) among them, so the rest always serve reads; default half of --max-concurrent-requests")
 	fs.Var(byteSize{&c.engine.MaxPayloadInFlight}, "max-inflight-payload", "payload `size` being read at once; reads beyond it get 503 with Retry-After")
 	fs.IntVar(&c.engine.WriteMaxPendingGens, "write-max-pending-per-shard", c.engine.WriteMaxPendingGens, "generations per shard waiting for a merge beyond which appends get 503 with Retry-After (reads are never refused for it)")
 	fs.IntVar(&c.engine.WriteMaxPendingTotal, "write-max-pending", c.engine.WriteMaxPendingTotal, "generations in total waiting for a merge beyond which appends get 503 with Retry-After")
@@ -131,8 +134,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.engine.RetainVersions, "retain-versions", c.engine.RetainVersions, "newest base versions kept readable for pinned reads")
 	fs.DurationVar(&c.engine.RetainAge, "retain-age", c.engine.RetainAge, "base versions younger than this are kept readable too")
 
+	fs.DurationVar(&c.server.ReadyTimeout, "ready-timeout", c.server.ReadyTimeout, "/readyz answers within this (503 with the reason if the store or the tables do not answer in time); keep it below the readiness probe's timeout")
 	fs.StringVar(&c.authTokenFile, "auth-token-file", c.authTokenFile, "`file` of bearer tokens, one per line; when set every request except /healthz and /readyz needs one (including /metrics)")
 	fs.DurationVar(&c.server.DrainTimeout, "drain-timeout", c.server.DrainTimeout, "bound on the graceful drain after SIGTERM or SIGINT")
+	fs.DurationVar(&c.server.CloseTimeout, "close-timeout", c.server.CloseTimeout, "after the drain (even one that overran --drain-timeout), time to seal open generations and release the shard's lease")
 	fs.DurationVar(&c.server.DrainDelay, "drain-delay", c.server.DrainDelay, "after SIGTERM, keep the listener open this long answering 503 while load balancers notice readiness failing")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log `format`: text or json")
@@ -169,6 +174,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.server.UploadIdleTimeout == 0 {
 		c.server.UploadIdleTimeout = -1
+	}
+	if c.server.UploadMinRate == 0 {
+		c.server.UploadMinRate = -1
+	}
+	if c.server.MaxConcurrentUploads > c.server.MaxConcurrentRequests {
+		return fmt.Errorf("--max-concurrent-uploads %d exceeds --max-concurrent-requests %d", c.server.MaxConcurrentUploads, c.server.MaxConcurrentRequests)
 	}
 	if c.server.MaxBodyBytes <= 0 || c.server.MaxBatchBytes <= 0 || c.server.MaxRecordHeaderBytes <= 0 {
 		return errors.New("--max-body, --max-batch-body and --max-record-header must be positive")

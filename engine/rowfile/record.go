@@ -31,6 +31,14 @@ const (
 	MaxMetadataBytes = 64 << 10
 )
 
+// The range of created_at: years 1 to 9999 in UTC, what RFC 3339 (every
+// JSON answer) and HTTP dates can express. A stored time outside it could
+// never be shown.
+var (
+	MinCreatedAt = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxCreatedAt = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
 // Record is one rollout: immutable once written.
 type Record struct {
 	ID            string          `json:"id"`
@@ -70,14 +78,20 @@ func (r *Record) Validate() error {
 			return fmt.Errorf("%w: %s must be valid UTF-8 without control characters, at most %d bytes", ErrInvalidRecord, name, MaxFieldBytes)
 		}
 	}
+	if r.CreatedAt.Before(MinCreatedAt) || r.CreatedAt.After(MaxCreatedAt) {
+		return fmt.Errorf("%w: created_at %s is outside %s..%s", ErrInvalidRecord,
+			r.CreatedAt.UTC().Format(time.RFC3339Nano), MinCreatedAt.Format(time.RFC3339), MaxCreatedAt.Format(time.RFC3339Nano))
+	}
 	if r.Reward != nil && (math.IsNaN(*r.Reward) || math.IsInf(*r.Reward, 0)) {
 		return fmt.Errorf("%w: reward must be finite", ErrInvalidRecord)
 	}
 	if len(r.Metadata) > MaxMetadataBytes {
 		return fmt.Errorf("%w: metadata exceeds %d bytes", ErrInvalidRecord, MaxMetadataBytes)
 	}
-	if len(r.Metadata) > 0 && !json.Valid(r.Metadata) {
-		return fmt.Errorf("%w: metadata is not valid JSON", ErrInvalidRecord)
+	if len(r.Metadata) > 0 {
+		if err := CheckJSON(r.Metadata, nil); err != nil {
+			return fmt.Errorf("%w: metadata: %v", ErrInvalidRecord, err)
+		}
 	}
 	if r.PayloadSize < 0 {
 		return fmt.Errorf("%w: negative payload size", ErrInvalidRecord)
@@ -117,15 +131,20 @@ func SameContent(a, b *Record) bool {
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256
 }
 
+// sameReward compares bit for bit: -0 is not 0 (NaN is never stored).
 func sameReward(a, b *float64) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	return *a == *b
+	return math.Float64bits(*a) == math.Float64bits(*b)
 }
 
-// sameJSON compares JSON documents by value, so a retry that re-serialised
-// its metadata with other spacing or key order is still identical.
+// sameJSON compares JSON documents by structure, so a retry that
+// re-serialised its metadata with other spacing or key order is still
+// identical, but exactly otherwise: numbers are compared as written
+// (9007199254740993 is not 9007199254740992, 1.0 is not 1), strings after
+// unescaping. CheckJSON has refused what would make this loose (duplicate
+// keys, lone surrogates, invalid UTF-8) before anything was stored.
 func sameJSON(a, b json.RawMessage) bool {
 	if bytes.Equal(a, b) {
 		return true
@@ -133,16 +152,193 @@ func sameJSON(a, b json.RawMessage) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return isNullish(a) && isNullish(b)
 	}
-	var va, vb any
-	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
-		return false
+	ca, okA := canonicalJSON(a)
+	cb, okB := canonicalJSON(b)
+	return okA && okB && bytes.Equal(ca, cb)
+}
+
+// canonicalJSON re-encodes m with sorted keys, no spacing, and every
+// number kept as its literal text.
+func canonicalJSON(m json.RawMessage) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(m))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil, false
 	}
-	ca, _ := json.Marshal(va)
-	cb, _ := json.Marshal(vb)
-	return bytes.Equal(ca, cb)
+	c, err := json.Marshal(v)
+	return c, err == nil
 }
 
 func isNullish(m json.RawMessage) bool {
 	s := bytes.TrimSpace(m)
 	return len(s) == 0 || string(s) == "null"
+}
+
+// CheckJSON reports why data is not one JSON value rollstore accepts, or
+// nil. Beyond syntax it refuses what encoding/json would silently change:
+// invalid UTF-8 and \u escapes of lone surrogates (both become U+FFFD) and
+// a key repeated in an object (the last one wins). If topKey is not nil it
+// is called with every key of a top-level object, exactly as written after
+// unescaping, and its error is returned.
+func CheckJSON(data []byte, topKey func(key string) error) error {
+	if !utf8.Valid(data) {
+		return errors.New("invalid UTF-8")
+	}
+	if !json.Valid(data) {
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			return err // the decoder says where
+		}
+		return errors.New("invalid JSON")
+	}
+	s := jsonScan{b: data}
+	return s.value(topKey)
+}
+
+// jsonScan walks a document already known to be valid JSON.
+type jsonScan struct {
+	b []byte
+	i int
+}
+
+func (s *jsonScan) space() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+// value checks the value at s.i; keys, if not nil, checks the keys of an
+// object there.
+func (s *jsonScan) value(keys func(string) error) error {
+	s.space()
+	switch s.b[s.i] {
+	case '{':
+		s.i++
+		var seen map[string]struct{}
+		for {
+			s.space()
+			switch s.b[s.i] {
+			case '}':
+				s.i++
+				return nil
+			case ',':
+				s.i++
+				s.space()
+			}
+			key, err := s.str(true)
+			if err != nil {
+				return err
+			}
+			if _, dup := seen[key]; dup {
+				return fmt.Errorf("duplicate key %q", key)
+			}
+			if seen == nil {
+				seen = map[string]struct{}{}
+			}
+			seen[key] = struct{}{}
+			if keys != nil {
+				if err := keys(key); err != nil {
+					return err
+				}
+			}
+			s.space()
+			s.i++ // ':'
+			if err := s.value(nil); err != nil {
+				return err
+			}
+		}
+	case '[':
+		s.i++
+		for {
+			s.space()
+			switch s.b[s.i] {
+			case ']':
+				s.i++
+				return nil
+			case ',':
+				s.i++
+			}
+			if err := s.value(nil); err != nil {
+				return err
+			}
+		}
+	case '"':
+		_, err := s.str(false)
+		return err
+	default: // a number, true, false or null
+		for s.i < len(s.b) && !isDelim(s.b[s.i]) {
+			s.i++
+		}
+		return nil
+	}
+}
+
+// str checks the string at s.i, and returns it unescaped if decode is set.
+func (s *jsonScan) str(decode bool) (string, error) {
+	start := s.i
+	s.i++ // '"'
+	escaped := false
+	for {
+		switch c := s.b[s.i]; c {
+		case '"':
+			s.i++
+			if !decode {
+				return "", nil
+			}
+			if !escaped {
+				return string(s.b[start+1 : s.i-1]), nil
+			}
+			var v string
+			err := json.Unmarshal(s.b[start:s.i], &v)
+			return v, err
+		case '\\':
+			escaped = true
+			if s.b[s.i+1] != 'u' {
+				s.i += 2
+				continue
+			}
+			r := hex4(s.b[s.i+2 : s.i+6])
+			s.i += 6
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return "", fmt.Errorf("lone surrogate \\u%04x in a string", r)
+			case r >= 0xd800 && r <= 0xdbff:
+				if s.i+6 > len(s.b) || s.b[s.i] != '\\' || s.b[s.i+1] != 'u' {
+					return "", fmt.Errorf("lone surrogate \\u%04x in a string", r)
+				}
+				if lo := hex4(s.b[s.i+2 : s.i+6]); lo < 0xdc00 || lo > 0xdfff {
+					return "", fmt.Errorf("lone surrogate \\u%04x in a string", r)
+				}
+				s.i += 6
+			}
+		default:
+			s.i++
+		}
+	}
+}
+
+func isDelim(c byte) bool {
+	switch c {
+	case ',', ']', '}', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+// hex4 reads four hex digits, which valid JSON guarantees.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		default:
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
 }

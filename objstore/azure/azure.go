@@ -69,18 +69,28 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		maxReadRetries: cfg.Retry.MaxReadRetries,
 	}
 	if b.httpClient == nil {
-		b.httpClient = newHTTPClient(cfg.MaxConnsPerHost)
+		connect := 30 * time.Second
+		if cfg.Retry.MaxElapsed > 0 {
+			connect = min(connect, cfg.Retry.MaxElapsed)
+		}
+		b.httpClient = newHTTPClient(cfg.MaxConnsPerHost, connect)
 		b.ownsHTTP = true
 	}
+	retry := policy.RetryOptions{
+		MaxRetries:    int32(cfg.Retry.MaxRetries),
+		TryTimeout:    cfg.Retry.TryTimeout,
+		RetryDelay:    cfg.Retry.RetryDelay,
+		MaxRetryDelay: cfg.Retry.MaxRetryDelay,
+	}
+	var perCall []policy.Policy
+	if cfg.Retry.MaxElapsed > 0 {
+		perCall = append(perCall, retryBudget{opts: retry, budget: cfg.Retry.MaxElapsed})
+	}
 	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Transport: b.httpClient,
-		Retry: policy.RetryOptions{
-			MaxRetries:    int32(cfg.Retry.MaxRetries),
-			TryTimeout:    cfg.Retry.TryTimeout,
-			RetryDelay:    cfg.Retry.RetryDelay,
-			MaxRetryDelay: cfg.Retry.MaxRetryDelay,
-		},
-		Telemetry: policy.TelemetryOptions{ApplicationID: "rollstore"},
+		Transport:       b.httpClient,
+		Retry:           retry,
+		PerCallPolicies: perCall,
+		Telemetry:       policy.TelemetryOptions{ApplicationID: "rollstore"},
 	}}
 
 	switch cfg.Auth {
@@ -138,8 +148,8 @@ func containerURL(cfg Config) string {
 // single host. net/http's default keeps only two idle connections per host
 // (the SDK's own, ten), so under load most connections would be closed after
 // one request and re-dialled, TLS handshake included.
-func newHTTPClient(maxConns int) *http.Client {
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+func newHTTPClient(maxConns int, connect time.Duration) *http.Client {
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         dialer.DialContext,
@@ -147,7 +157,7 @@ func newHTTPClient(maxConns int) *http.Client {
 		MaxIdleConnsPerHost: maxConns,
 		MaxIdleConns:        maxConns,
 		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
+		TLSHandshakeTimeout: min(10*time.Second, connect),
 		// Blob Storage speaks HTTP/1.1, so parallelism comes from the pool
 		// of connections above rather than from multiplexing.
 		ForceAttemptHTTP2:     false,

@@ -38,6 +38,7 @@ const (
 	DefaultRetryDelay        = 500 * time.Millisecond
 	DefaultMaxRetryDelay     = 30 * time.Second
 	DefaultMaxReadRetries    = 3
+	DefaultMaxElapsed        = 4 * time.Second
 
 	// MaxSinglePutLimit caps Config.MaxSinglePut. Above it the SDK's own
 	// buffered uploads switch to a block-list commit that drops access
@@ -117,6 +118,14 @@ type RetryConfig struct {
 	// MaxReadRetries is how often a download whose connection breaks
 	// mid-body is resumed from where it stopped. Default 3.
 	MaxReadRetries int
+	// MaxElapsed bounds how long one request keeps failing before its error
+	// is returned, so that a store that is down is reported within seconds
+	// rather than after every backoff: no retry is made whose backoff would
+	// end more than MaxElapsed after the request's first try began, and
+	// connecting (dial and TLS handshake) takes at most MaxElapsed. A try
+	// already under way is not cut short. Default 4s; negative disables it
+	// (MaxRetries alone bounds retries, and connecting may take 30s).
+	MaxElapsed time.Duration
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -198,6 +207,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if r.MaxReadRetries == 0 {
 		r.MaxReadRetries = DefaultMaxReadRetries
+	}
+	if r.MaxElapsed == 0 {
+		r.MaxElapsed = DefaultMaxElapsed
 	}
 	if r.RetryDelay < 0 || r.MaxRetryDelay < 0 || r.TryTimeout < 0 {
 		return c, errors.New("azure: Retry delays and TryTimeout must not be negative")

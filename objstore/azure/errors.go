@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
@@ -62,6 +64,9 @@ func errorf(sentinel error, o op, key, format string, args ...any) error {
 }
 
 func classify(o op, err error) error {
+	if transportFailure(err) {
+		return objstore.ErrUnavailable
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
@@ -98,6 +103,8 @@ func classify(o op, err error) error {
 		return objstore.ErrAuth
 	case bloberror.ServerBusy:
 		return objstore.ErrThrottled
+	case bloberror.OperationTimedOut:
+		return objstore.ErrUnavailable
 	case bloberror.LeaseIDMissing:
 		// A write or delete of a blob someone holds a lease on (the
 		// object API never sends a lease id).
@@ -117,8 +124,28 @@ func classify(o op, err error) error {
 		return objstore.ErrAuth
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		return objstore.ErrThrottled
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		return objstore.ErrUnavailable
 	}
 	return nil
+}
+
+// transportFailure reports whether err is the transport's: no answer from
+// the store at all (refused, reset, unreachable, unresolvable, timed out on
+// our side). The caller's own context ending is not one: the SDK reports
+// that bare, and a dial it cancelled says so.
+func transportFailure(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	if _, ok := errors.AsType[*url.Error](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[*net.OpError](err); ok {
+		return true
+	}
+	_, ok := errors.AsType[*net.DNSError](err)
+	return ok
 }
 
 // conditionFailed maps a failed access condition. Puts are the only

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"syscall"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -70,7 +74,18 @@ func TestMapError(t *testing.T) {
 		{opGet, resp(500, "InternalError"), nil},
 		{opGet, resp(400, "InvalidHeaderValue"), nil},
 		{opGet, context.Canceled, nil},
+		{opGet, context.DeadlineExceeded, nil}, // the caller's deadline, reported bare by the SDK
 		{opGet, errors.New("connection reset"), nil},
+		// No answer from the store at all.
+		{opGet, &url.Error{Op: "Get", URL: "http://x", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, objstore.ErrUnavailable},
+		{opPut, &url.Error{Op: "Put", URL: "http://x", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, objstore.ErrUnavailable},
+		{opList, &url.Error{Op: "Get", URL: "http://x", Err: &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}}, objstore.ErrUnavailable},
+		{opRead, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, objstore.ErrUnavailable},
+		{opCheck, &url.Error{Op: "Get", URL: "http://x", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}}, objstore.ErrUnavailable},
+		{opGet, &url.Error{Op: "Get", URL: "http://x", Err: context.Canceled}, nil}, // the caller left
+		{opGet, resp(502, ""), objstore.ErrUnavailable},
+		{opGet, resp(504, ""), objstore.ErrUnavailable},
+		{opPut, resp(500, "OperationTimedOut"), objstore.ErrUnavailable},
 	} {
 		got := mapError(tc.op, "k", tc.err)
 		if !errors.Is(got, tc.err) {
@@ -80,7 +95,8 @@ func TestMapError(t *testing.T) {
 			t.Errorf("%s %v: got %v, want %v", tc.op, tc.err, got, tc.want)
 		}
 		for _, s := range []error{objstore.ErrNotFound, objstore.ErrPrecondition, objstore.ErrContainerNotFound,
-			objstore.ErrAuth, objstore.ErrThrottled, objstore.ErrInvalidRange, objstore.ErrLeased, objstore.ErrLeaseLost} {
+			objstore.ErrAuth, objstore.ErrThrottled, objstore.ErrInvalidRange, objstore.ErrLeased, objstore.ErrLeaseLost,
+			objstore.ErrUnavailable} {
 			if s != tc.want && errors.Is(got, s) {
 				t.Errorf("%s %v: got %v, which also matches %v", tc.op, tc.err, got, s)
 			}

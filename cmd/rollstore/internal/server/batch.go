@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/engine/rowfile"
@@ -36,8 +39,11 @@ type batchResult struct {
 }
 
 // postBatch appends a batch all-or-nothing. The body is decoded whole
-// first (bounded by MaxBatchBytes): a bad record anywhere rejects the batch,
-// naming its line or row, before anything is written.
+// first (a bad record anywhere rejects the batch, naming its line or row,
+// before anything is written), so decoding is bounded as it goes: by
+// MaxBatchBytes of body and of decoded data, and by the rows one batch may
+// hold (the engine's segment limit), refused with 413 at the first row
+// beyond it rather than after decoding the rest.
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || (mt != mediaNDJSON && mt != mediaArrow) {
@@ -52,13 +58,14 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := newUploadBody(w, r, s.cfg.UploadIdleTimeout, s.cfg.MaxBatchBytes)
+	body := s.newUploadBody(w, r, s.cfg.MaxBatchBytes)
+	lim := batchLimits{bytes: s.cfg.MaxBatchBytes, rows: s.cfg.MaxBatchRows}
 	var items []engine.BatchItem
 	var pos func(i int) *positionError
 	if mt == mediaNDJSON {
-		items, pos, err = decodeNDJSON(body)
+		items, pos, err = decodeNDJSON(body, lim)
 	} else {
-		items, pos, err = decodeArrow(body, s.cfg.MaxBatchBytes)
+		items, pos, err = decodeArrow(body, r.ContentLength, lim)
 	}
 	body.done()
 	if err != nil {
@@ -99,60 +106,101 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// batchLimits bound what decoding one batch may hold.
+type batchLimits struct {
+	bytes int64 // body bytes, and decoded bytes
+	rows  int
+}
+
+func (l batchLimits) tooManyRows(where string) error {
+	return newError(http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+		"batch has more than %d rows (%s); split it", l.rows, where)
+}
+
 // decodeNDJSON reads one record per line; blank lines are skipped but
-// counted, so line numbers match what an editor shows.
-func decodeNDJSON(r io.Reader) ([]engine.BatchItem, func(int) *positionError, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+// counted, so line numbers match what an editor shows. Lines are read
+// into one buffer reused for all of them, and decoded items copy what they
+// keep, so memory is the items plus the longest line.
+func decodeNDJSON(r io.Reader, lim batchLimits) ([]engine.BatchItem, func(int) *positionError, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), int(min(lim.bytes, math.MaxInt32))+1)
 	var items []engine.BatchItem
 	var lines []int
-	for line := 1; ; line++ {
-		data, err := br.ReadBytes('\n')
-		if err != nil && err != io.EOF {
-			return nil, nil, err
+	line := 0
+	for sc.Scan() {
+		line++
+		t := bytes.TrimSpace(sc.Bytes())
+		if len(t) == 0 {
+			continue
 		}
-		if t := bytes.TrimSpace(data); len(t) > 0 {
-			var l batchLine
-			if derr := decodeStrict(t, &l); derr != nil {
-				return nil, nil, &positionError{what: "line", n: line, err: badRequest("invalid JSON: %v", derr)}
-			}
-			rec := l.record(l.ID, l.ContentType)
-			if l.Payload == nil {
-				l.Payload = []byte{}
-			}
-			items = append(items, engine.BatchItem{Record: rec, Payload: l.Payload})
-			lines = append(lines, line)
+		if len(items) == lim.rows {
+			return nil, nil, lim.tooManyRows(fmt.Sprintf("line %d", line))
 		}
-		if err == io.EOF {
-			break
+		var l batchLine
+		if derr := decodeStrict(t, &l); derr != nil {
+			return nil, nil, &positionError{what: "line", n: line, err: badRequest("invalid JSON: %v", derr)}
 		}
+		rec := l.record(l.ID, l.ContentType)
+		if l.Payload == nil {
+			l.Payload = []byte{}
+		}
+		items = append(items, engine.BatchItem{Record: rec, Payload: l.Payload})
+		lines = append(lines, line)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("%w: line %d is longer than the batch limit of %d bytes", errBodyLimit, line+1, lim.bytes)
+		}
+		return nil, nil, err
 	}
 	return items, func(i int) *positionError { return &positionError{what: "line", n: lines[i]} }, nil
 }
 
 // decodeArrow reads an Arrow IPC stream whose columns are matched to the
 // table schema by name (a subset in any order; id and rollout_id required).
-// The stream is read whole first (it is bounded by MaxBatchBytes and held
-// in memory as items anyway) and checked under limits before decoding.
-func decodeArrow(r io.Reader, limit int64) ([]engine.BatchItem, func(int) *positionError, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
+// The stream is read whole (size is its declared length, or -1) and checked
+// under the limits before the engine's reader decodes it; rows are then
+// decoded batch by batch, and each row keeps copies of its strings rather
+// than the message buffer they point into, so decoded batches are garbage
+// once their rows are taken.
+func decodeArrow(r io.Reader, size int64, lim batchLimits) ([]engine.BatchItem, func(int) *positionError, error) {
+	var buf bytes.Buffer
+	if size > 0 {
+		buf.Grow(int(size) + bytes.MinRead) // one allocation, no growth
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
 		return nil, nil, err
 	}
+	data := buf.Bytes()
 	invalid := func(err error) error {
 		// The stream is the client's: a malformed one is a bad request,
 		// not the corrupt-file 500 ErrCorrupt means for stored files.
 		return &apiError{status: http.StatusBadRequest, code: codeInvalidArgument, msg: "invalid Arrow IPC stream", err: err}
 	}
-	if err := checkArrowStream(data, 4*limit); err != nil {
+	switch err := checkArrowStream(data, lim.bytes, lim.rows); {
+	case errors.Is(err, errArrowBudget):
+		return nil, nil, newError(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "%v", err)
+	case errors.Is(err, errArrowRows):
+		return nil, nil, lim.tooManyRows(err.Error())
+	case err != nil:
 		return nil, nil, invalid(err)
 	}
 	var items []engine.BatchItem
-	err = rowfile.ReadStream(bytes.NewReader(data), func(row int, rec rowfile.Record) error {
+	err := rowfile.ReadStream(bytes.NewReader(data), func(row int, rec rowfile.Record) error {
+		if row >= lim.rows {
+			return lim.tooManyRows(fmt.Sprintf("row %d", row))
+		}
 		p := rec.Payload
 		rec.Payload = nil
+		rec.ID, rec.RolloutID, rec.ProblemID = strings.Clone(rec.ID), strings.Clone(rec.RolloutID), strings.Clone(rec.ProblemID)
+		rec.Role, rec.ContentType, rec.PolicyVersion = strings.Clone(rec.Role), strings.Clone(rec.ContentType), strings.Clone(rec.PolicyVersion)
 		items = append(items, engine.BatchItem{Record: rec, Payload: p})
 		return nil
 	})
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return nil, nil, err
+	}
 	if err != nil {
 		return nil, nil, invalid(err)
 	}

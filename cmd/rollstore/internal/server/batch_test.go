@@ -213,8 +213,8 @@ func TestBatchArrowMemoryBounds(t *testing.T) {
 	// A compressed stream is fine while it decompresses within bounds.
 	small := arrowStream(t, minimalFields, minimalRows([]string{"c-0", "c-1"}, []string{"r", "r"}), ipc.WithZstd())
 	want(t, e.postBatch("t", mediaArrow, small), http.StatusCreated, "")
-	// A few KiB that decompress to 8 MiB, past the 1 MiB decoding budget
-	// (four times the batch limit): refused.
+	// A few KiB that decompress to 8 MiB, past the decoding budget (the
+	// batch limit): refused as too large.
 	bomb := arrowStream(t, minimalFields, func(b *array.RecordBuilder) {
 		b.Field(0).(*array.BinaryBuilder).Append(make([]byte, 8<<20))
 		b.Field(1).(*array.StringBuilder).Append("bomb")
@@ -224,7 +224,7 @@ func TestBatchArrowMemoryBounds(t *testing.T) {
 	if len(bomb) > 16<<10 {
 		t.Fatalf("the bomb is %d bytes; it should compress", len(bomb))
 	}
-	want(t, e.postBatch("t", mediaArrow, bomb), http.StatusBadRequest, codeInvalidArgument)
+	want(t, e.postBatch("t", mediaArrow, bomb), http.StatusRequestEntityTooLarge, codePayloadTooLarge)
 	want(t, e.do("GET", rolloutURL("t", "bomb"), nil), http.StatusNotFound, codeNotFound)
 }
 
@@ -233,7 +233,7 @@ func TestCheckArrowStreamAllocatesLittleForGarbage(t *testing.T) {
 	garbage := []byte("this is not an arrow stream")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	err := checkArrowStream(garbage, 1<<20)
+	err := checkArrowStream(garbage, 1<<20, 4096)
 	runtime.ReadMemStats(&after)
 	if err == nil {
 		t.Fatal("garbage accepted")

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -17,17 +18,31 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxRecordHeaderBytes bounds the Rollstore-Record header (431 above).
 	MaxRecordHeaderBytes int
-	// MaxBatchBytes bounds a batch body. Batches are decoded in memory
+	// MaxBatchBytes bounds a batch body, and the batch once decoded (an
+	// Arrow stream may be compressed). Batches are decoded in memory
 	// (all-or-nothing needs every item before the first is written), so
-	// this is also the memory one batch request may take.
+	// this bounds the memory one batch request takes, to a small multiple
+	// of it (see TestBatchMemoryIsBounded).
 	MaxBatchBytes int64
 	// UploadIdleTimeout: an upload whose body delivers no byte for this long
-	// is answered 408 and nothing of it is stored. Negative disables it.
+	// is answered 408 and nothing of it is stored. Negative disables it,
+	// and the minimum rate with it.
 	UploadIdleTimeout time.Duration
+	// UploadMinRate (bytes per second): after a head start of
+	// UploadIdleTimeout, an upload must have averaged at least this since
+	// it began, or it is answered 408 and nothing of it is stored. Without
+	// it a client sending a byte now and then holds its request slot for
+	// as long as it likes. Negative disables it.
+	UploadMinRate int64
 	// MaxConcurrentRequests bounds the API requests served at once; the
 	// next is refused with 503 and Retry-After rather than queued. Health
 	// and metrics requests are not counted.
 	MaxConcurrentRequests int
+	// MaxConcurrentUploads bounds the uploads (PUT of a rollout, batches)
+	// among them, so uploads, however slow, always leave
+	// MaxConcurrentRequests-MaxConcurrentUploads slots to reads. Default:
+	// half of MaxConcurrentRequests.
+	MaxConcurrentUploads int
 	// MergeInterval is the period of the in-process merger. Negative
 	// disables it (a separate merger process does the work).
 	MergeInterval time.Duration
@@ -35,6 +50,11 @@ type Config struct {
 	SweepEvery int
 	// DrainTimeout bounds the graceful drain after Serve's context ends.
 	DrainTimeout time.Duration
+	// CloseTimeout bounds closing the database after the drain: sealing
+	// the open generations and releasing the shard's lease, so the next
+	// process can take the shard at once. It is time of its own, not what
+	// is left of DrainTimeout, which an overrunning upload may have spent.
+	CloseTimeout time.Duration
 	// DrainDelay keeps the listener open after readiness starts failing, so
 	// load balancers notice before connections are refused. During it every
 	// API request is answered 503 "draining". Zero (the default) closes the
@@ -42,6 +62,13 @@ type Config struct {
 	DrainDelay time.Duration
 	// RetryAfter is the Retry-After sent with every 503.
 	RetryAfter time.Duration
+	// ReadyTimeout bounds /readyz: it answers within this, 503 with the
+	// reason if the store or the tables did not answer in time. Keep it
+	// below the readiness probe's timeout.
+	ReadyTimeout time.Duration
+	// MaxBatchRows bounds the rows of one batch; default (and at most) the
+	// engine's SegmentMaxRows, since a batch is committed as one segment.
+	MaxBatchRows int
 	// AuthTokens, when not empty, makes every request except /healthz and
 	// /readyz require "Authorization: Bearer <token>" with one of them.
 	AuthTokens []string
@@ -55,6 +82,8 @@ type Config struct {
 	StorePrefix string
 	// Logger receives request and merger logs; nil discards them.
 	Logger *slog.Logger
+	// Hooks are called at named points (tests pause or observe there).
+	Hooks hook.Func
 }
 
 // DefaultConfig returns the defaults.
@@ -64,11 +93,14 @@ func DefaultConfig() Config {
 		MaxRecordHeaderBytes:  64 << 10,
 		MaxBatchBytes:         64 << 20,
 		UploadIdleTimeout:     30 * time.Second,
+		UploadMinRate:         64 << 10,
 		MaxConcurrentRequests: 1024,
 		MergeInterval:         30 * time.Second,
 		SweepEvery:            10,
 		DrainTimeout:          30 * time.Second,
+		CloseTimeout:          5 * time.Second,
 		RetryAfter:            time.Second,
+		ReadyTimeout:          2 * time.Second,
 	}
 }
 
@@ -86,8 +118,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.UploadIdleTimeout == 0 {
 		c.UploadIdleTimeout = d.UploadIdleTimeout
 	}
+	if c.UploadMinRate == 0 {
+		c.UploadMinRate = d.UploadMinRate
+	}
+	if c.UploadMinRate < 0 {
+		c.UploadMinRate = 0
+	}
 	if c.MaxConcurrentRequests == 0 {
 		c.MaxConcurrentRequests = d.MaxConcurrentRequests
+	}
+	if c.MaxConcurrentUploads == 0 {
+		c.MaxConcurrentUploads = max(1, c.MaxConcurrentRequests/2)
 	}
 	if c.MergeInterval == 0 {
 		c.MergeInterval = d.MergeInterval
@@ -98,8 +139,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = d.DrainTimeout
 	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = d.CloseTimeout
+	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = d.RetryAfter
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = d.ReadyTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -107,11 +154,13 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.MaxBodyBytes < 0, c.MaxRecordHeaderBytes < 0, c.MaxBatchBytes < 0:
 		return c, fmt.Errorf("server: size limits must be positive")
-	case c.MaxConcurrentRequests < 0:
-		return c, fmt.Errorf("server: MaxConcurrentRequests must be positive")
+	case c.MaxConcurrentRequests < 0, c.MaxConcurrentUploads < 0, c.MaxBatchRows < 0:
+		return c, fmt.Errorf("server: MaxConcurrentRequests, MaxConcurrentUploads and MaxBatchRows must be positive")
+	case c.MaxConcurrentUploads > c.MaxConcurrentRequests:
+		return c, fmt.Errorf("server: MaxConcurrentUploads %d exceeds MaxConcurrentRequests %d", c.MaxConcurrentUploads, c.MaxConcurrentRequests)
 	case c.SweepEvery < 0:
 		return c, fmt.Errorf("server: SweepEvery must be positive")
-	case c.DrainTimeout < 0, c.DrainDelay < 0, c.RetryAfter < 0:
+	case c.DrainTimeout < 0, c.DrainDelay < 0, c.CloseTimeout < 0, c.RetryAfter < 0, c.ReadyTimeout < 0:
 		return c, fmt.Errorf("server: drain and retry durations must not be negative")
 	}
 	for _, t := range c.AuthTokens {

@@ -177,3 +177,49 @@ func TestServeDrainIsBounded(t *testing.T) {
 		t.Fatal("an upload cut off by the drain bound was acknowledged")
 	}
 }
+
+// TestDrainOverrunStillSealsAndReleases: an upload outlives the drain
+// bound, so the drain overruns; the database still gets time of its own to
+// close: the open generation is sealed and the shard's lease released, so
+// the next process writes at once instead of answering 503 shard_owned.
+func TestDrainOverrunStillSealsAndReleases(t *testing.T) {
+	s := newServeEnv(t, Config{MergeInterval: -1, DrainTimeout: 200 * time.Millisecond, CloseTimeout: 10 * time.Second})
+	req, _ := http.NewRequest("PUT", s.base+"/v1/tables/t", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create table: %v %v", resp, err)
+	}
+	if r := <-s.startPut(s.base, "t", "acked", []byte("acknowledged before the drain")); r.status != http.StatusCreated {
+		t.Fatalf("put: %d %s", r.status, r.body)
+	}
+	gate := s.hooks.Pause("write:after-payload")
+	t.Cleanup(gate.Release)
+	done := s.startPut(s.base, "t", "stuck", []byte("outlives the drain"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := gate.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.cancel()
+	select {
+	case err := <-s.served:
+		if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "closing the database") {
+			t.Fatalf("Serve after an overrun drain: %v; want the overrun reported and the database closed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Serve did not return")
+	}
+	if got := <-done; got.status == http.StatusCreated {
+		t.Fatal("an upload cut off by the drain bound was acknowledged")
+	}
+	var sealed bool
+	for _, k := range s.store.(*memory.Bucket).Keys() {
+		sealed = sealed || strings.HasSuffix(k, "/_sealed.json")
+	}
+	if !sealed {
+		t.Fatal("the open generation was not sealed after the overrun")
+	}
+	// The next process on the same shard writes at once.
+	next := newEnv(t, func(o *envOptions) { o.store = s.store })
+	want(t, next.put("t", "next", `{"rollout_id":"r"}`, []byte("x")), http.StatusCreated, "")
+	want(t, next.do("GET", rolloutURL("t", "acked"), nil), http.StatusOK, "")
+}

@@ -20,6 +20,8 @@ const (
 	codeTableNotFound    = "table_not_found"
 	codeVersionNotFound  = "version_not_found"
 	codeRouteNotFound    = "route_not_found"
+	codeRedirect         = "redirect"
+	codeMalformedRequest = "malformed_request"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeTableExists      = "table_exists"
 	codeConflict         = "conflict"
@@ -29,7 +31,9 @@ const (
 	codeHeaderTooLarge   = "header_too_large"
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeRangeNotSatisfy  = "range_not_satisfiable"
+	codePrecondFailed    = "precondition_failed"
 	codeTruncatedBody    = "truncated_body"
+	codeMalformedBody    = "malformed_body"
 	codeTimeout          = "timeout"
 	codeUnauthorized     = "unauthorized"
 	codeOverloaded       = "overloaded"
@@ -45,6 +49,7 @@ const (
 	codeCorrupt          = "corrupt"
 	codeStoreAuth        = "store_auth"
 	codeStoreNotFound    = "store_not_found"
+	codeStoreDown        = "store_unavailable"
 	codeCanceled         = "canceled"
 	codeInternal         = "internal"
 )
@@ -94,9 +99,12 @@ func (e *positionError) Unwrap() error { return e.err }
 
 // Sentinels of the upload path; see upload.go.
 var (
-	errUploadIdle = errors.New("upload stalled: no body bytes within the idle timeout")
-	errTruncated  = errors.New("request body ended before its declared length")
-	errBodyLimit  = errors.New("request body exceeds the limit")
+	errUploadIdle    = errors.New("upload stalled: no body bytes within the idle timeout")
+	errUploadSlow    = errors.New("upload too slow: below the minimum upload rate")
+	errTruncated     = errors.New("request body ended before its declared length")
+	errBodyLimit     = errors.New("request body exceeds the limit")
+	errMalformedBody = errors.New("malformed request body framing")
+	errClientGone    = errors.New("client went away during the upload")
 )
 
 // outcome is how an error is answered.
@@ -117,10 +125,14 @@ func classify(err error) outcome {
 	switch {
 	case errors.As(err, &ae):
 		return outcome{ae.status, ae.code, ae.status == http.StatusServiceUnavailable}
-	case errors.Is(err, errUploadIdle):
+	case errors.Is(err, errUploadIdle), errors.Is(err, errUploadSlow):
 		return outcome{http.StatusRequestTimeout, codeTimeout, false}
 	case errors.Is(err, errTruncated):
 		return outcome{http.StatusBadRequest, codeTruncatedBody, false}
+	case errors.Is(err, errMalformedBody):
+		return outcome{http.StatusBadRequest, codeMalformedBody, false}
+	case errors.Is(err, errClientGone):
+		return outcome{statusClientClosed, codeCanceled, false}
 	case errors.Is(err, errBodyLimit), errors.As(err, &mbe), errors.Is(err, engine.ErrTooLarge):
 		return outcome{http.StatusRequestEntityTooLarge, codePayloadTooLarge, false}
 	case errors.As(err, &re):
@@ -143,6 +155,8 @@ func classify(err error) outcome {
 		return outcome{http.StatusServiceUnavailable, codeOverloaded, true}
 	case errors.Is(err, objstore.ErrThrottled):
 		return outcome{http.StatusServiceUnavailable, codeThrottled, true}
+	case errors.Is(err, objstore.ErrUnavailable):
+		return outcome{http.StatusServiceUnavailable, codeStoreDown, true}
 	case errors.Is(err, engine.ErrNoWriter):
 		return outcome{http.StatusServiceUnavailable, codeReadOnly, true}
 	case errors.Is(err, engine.ErrFenced):
@@ -165,7 +179,8 @@ func classify(err error) outcome {
 	case errors.Is(err, objstore.ErrContainerNotFound):
 		return outcome{http.StatusBadGateway, codeStoreNotFound, false}
 	case errors.Is(err, context.DeadlineExceeded):
-		return outcome{http.StatusGatewayTimeout, codeTimeout, false}
+		// A store call that timed out: as retryable as one that failed.
+		return outcome{http.StatusServiceUnavailable, codeTimeout, true}
 	case errors.Is(err, context.Canceled):
 		return outcome{statusClientClosed, codeCanceled, false}
 	default:
@@ -205,6 +220,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) o
 	}
 	h := w.Header()
 	for _, k := range []string{"Content-Range", "Content-Length", "ETag", "Last-Modified", "Accept-Ranges", "Content-Encoding"} {
+		if k == "ETag" && o.status == http.StatusPreconditionFailed {
+			continue // the validator the precondition was held against
+		}
 		h.Del(k)
 	}
 	if r.ContentLength != 0 {

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/rollstore/rollstore/engine"
@@ -47,9 +49,13 @@ func TestClassify(t *testing.T) {
 		{rowfile.ErrCorrupt, 500, codeCorrupt, false},
 		{objstore.ErrAuth, 502, codeStoreAuth, false},
 		{objstore.ErrContainerNotFound, 502, codeStoreNotFound, false},
-		{context.DeadlineExceeded, 504, codeTimeout, false},
+		{context.DeadlineExceeded, 503, codeTimeout, true},
+		{objstore.ErrUnavailable, 503, codeStoreDown, true},
 		{context.Canceled, statusClientClosed, codeCanceled, false},
 		{errUploadIdle, 408, codeTimeout, false},
+		{errUploadSlow, 408, codeTimeout, false},
+		{errMalformedBody, 400, codeMalformedBody, false},
+		{errClientGone, statusClientClosed, codeCanceled, false},
 		{errTruncated, 400, codeTruncatedBody, false},
 		{errBodyLimit, 413, codePayloadTooLarge, false},
 		{errors.New("boom"), 500, codeInternal, false},
@@ -92,7 +98,9 @@ func TestParseRange(t *testing.T) {
 		{"bytes=+1-2", rangeInvalid, 10, 0, 0, false},
 		{"bytes=1", rangeInvalid, 10, 0, 0, false},
 		{"bytes=a-b", rangeInvalid, 10, 0, 0, false},
-		{"bytes=99999999999999999999-", rangeInvalid, 10, 0, 0, false},
+		{"bytes=99999999999999999999-", rangeOne, 10, 0, 0, false},
+		{"bytes=3-99999999999999999999", rangeOne, 10, 3, 7, true},
+		{"bytes=-99999999999999999999", rangeOne, 10, 0, 10, true},
 	} {
 		br, kind := parseRange(c.h)
 		if kind != c.kind {
@@ -106,5 +114,19 @@ func TestParseRange(t *testing.T) {
 		if ok != c.satisfy || (ok && (off != c.off || n != c.n)) {
 			t.Errorf("%q on %d bytes: %d+%d %v, want %d+%d %v", c.h, c.size, off, n, ok, c.off, c.n, c.satisfy)
 		}
+	}
+}
+
+// TestEncodingFailureIsExplained: an answer that cannot be encoded is a
+// 500 that carries the request id, and the request's log line its cause.
+func TestEncodingFailureIsExplained(t *testing.T) {
+	rw := httptest.NewRecorder()
+	rw.Header().Set("X-Request-Id", "req-1")
+	rec := &recorder{ResponseWriter: rw}
+	writeJSON(rec, http.StatusOK, map[string]any{"x": make(chan int)})
+	var b errorBody
+	if err := json.Unmarshal(rw.Body.Bytes(), &b); err != nil || rw.Code != http.StatusInternalServerError ||
+		b.Error.Code != codeInternal || b.Error.RequestID != "req-1" || rec.encodeErr == nil {
+		t.Fatalf("%d %s (cause %v)", rw.Code, rw.Body, rec.encodeErr)
 	}
 }

@@ -19,8 +19,6 @@ type checker interface {
 	Check(ctx context.Context) error
 }
 
-const probeTimeout = 5 * time.Second
-
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	return nil
@@ -28,21 +26,48 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 
 // readyz reports whether this instance should get traffic: not draining,
 // the store answers, and every table's snapshot has been loaded once (so
-// first reads do not all pay for it at once).
+// first reads do not all pay for it at once). It answers within
+// ReadyTimeout whatever the store does, so the probe sees the reason (a
+// 503 naming it) rather than its own timeout; loading the tables goes on
+// in the background past that bound, and a later probe finds it done.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	if s.draining.Load() {
 		return newError(http.StatusServiceUnavailable, codeDraining, "server is draining")
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadyTimeout)
 	defer cancel()
-	if err := s.ping(ctx); err != nil {
+	if err := within(ctx, s.cfg.ReadyTimeout, s.ping); err != nil {
 		return &apiError{status: http.StatusServiceUnavailable, code: codeNotReady, msg: "store unreachable", err: err}
 	}
-	if err := s.warm(ctx); err != nil {
+	warmed := func(context.Context) error {
+		// Not under the probe's deadline: the load is shared and may take
+		// longer than one probe.
+		wctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		defer cancel()
+		return s.warm(wctx)
+	}
+	if err := within(ctx, s.cfg.ReadyTimeout, warmed); err != nil {
 		return &apiError{status: http.StatusServiceUnavailable, code: codeNotReady, msg: "loading tables", err: err}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
+}
+
+// warmTimeout bounds one attempt at loading every table for readiness.
+const warmTimeout = time.Minute
+
+// within runs fn and returns its error, or an error naming the bound d if
+// ctx ends first, even if fn does not heed ctx (fn then finishes in the
+// background).
+func within(ctx context.Context, d time.Duration, fn func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer within %v: %w", d, ctx.Err())
+	}
 }
 
 func (s *Server) ping(ctx context.Context) error {

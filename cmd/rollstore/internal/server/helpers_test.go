@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *testEnv {
 	}
 	hs := hook.NewSet()
 	o.engine.Hooks = hs.Func()
+	o.server.Hooks = hs.Func()
 	o.engine.MaxPayload = o.server.MaxBodyBytes
 	db, err := engine.Open(o.store, o.engine)
 	if err != nil {
@@ -114,6 +116,31 @@ func (r response) errCode() string {
 	return b.Error.Code
 }
 
+// errDetail returns the error of a JSON error answer, zero otherwise.
+func (r response) errDetail() errorDetail {
+	var b errorBody
+	_ = json.Unmarshal(r.body, &b)
+	return b.Error
+}
+
+func (r response) errMessage() string   { return r.errDetail().Message }
+func (r response) errRequestID() string { return r.errDetail().RequestID }
+
+// errLine and errRow return the line or row an error names, or -1.
+func (r response) errLine() int {
+	if l := r.errDetail().Line; l != nil {
+		return *l
+	}
+	return -1
+}
+
+func (r response) errRow() int {
+	if l := r.errDetail().Row; l != nil {
+		return *l
+	}
+	return -1
+}
+
 func (r response) decode(t *testing.T, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
@@ -155,8 +182,13 @@ func (e *testEnv) createTable(name string) {
 	}
 }
 
+// rolloutURL is the path of a rollout; ids made of dots travel as %2E.
 func rolloutURL(table, id string) string {
-	return "/v1/tables/" + table + "/rollouts/" + url.PathEscape(id)
+	seg := url.PathEscape(id)
+	if seg == "." || seg == ".." {
+		seg = strings.Repeat("%2E", len(seg))
+	}
+	return "/v1/tables/" + table + "/rollouts/" + seg
 }
 
 // put stores a payload with record fields given as JSON.

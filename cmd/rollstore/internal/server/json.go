@@ -7,18 +7,25 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rollstore/rollstore/engine"
 )
 
 // writeJSON answers v as JSON. Encoding into a buffer first means an
-// encoding failure is still a clean 500 rather than half a document.
+// encoding failure is still a clean 500 rather than half a document; the
+// failure is kept on the recorder, so the request's log line carries it.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		buf.Reset()
-		buf.WriteString(`{"error":{"code":"internal","message":"encoding the response failed"}}` + "\n")
+		body := errorBody{Error: errorDetail{Code: codeInternal, Message: "encoding the response failed",
+			RequestID: w.Header().Get("X-Request-Id")}}
+		_ = json.NewEncoder(&buf).Encode(body)
+		if rec, ok := w.(*recorder); ok {
+			rec.encodeErr = err
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -31,18 +38,40 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // recordView is a record's metadata as the API shows it: every field of
 // the engine's record, plus the payload checksum in hex and, for a payload
 // stored as its own object, that object's full name in the store.
+// created_at is shadowed by a type whose encoding cannot fail, so that no
+// stored value (one written before its range was checked) can make a read
+// fail.
 type recordView struct {
 	*engine.Record
-	PayloadSHA256 string `json:"payload_sha256"`
-	PayloadRef    string `json:"payload_ref,omitempty"`
+	CreatedAt     anyTime `json:"created_at"`
+	PayloadSHA256 string  `json:"payload_sha256"`
+	PayloadRef    string  `json:"payload_ref,omitempty"`
 }
 
 func (s *Server) viewOf(rec *engine.Record) recordView {
-	v := recordView{Record: rec, PayloadSHA256: hex.EncodeToString(rec.PayloadSHA256[:])}
+	v := recordView{Record: rec, CreatedAt: anyTime(rec.CreatedAt), PayloadSHA256: hex.EncodeToString(rec.PayloadSHA256[:])}
 	if rec.PayloadRef != "" {
 		v.PayloadRef = objectName(s.cfg.StorePrefix, rec.PayloadRef)
 	}
 	return v
+}
+
+// anyTime encodes as RFC 3339 like time.Time, but also outside years
+// 0..9999, where time.Time's MarshalJSON fails (the year is then written
+// with as many digits as it has).
+type anyTime time.Time
+
+func (t anyTime) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, time.Time(t).Format(time.RFC3339Nano)), nil
+}
+
+// httpDate formats t as an HTTP date, unless it has no such form.
+func httpDate(t time.Time) (string, bool) {
+	t = t.UTC()
+	if t.Year() < 1 || t.Year() > 9999 {
+		return "", false
+	}
+	return t.Format(http.TimeFormat), true
 }
 
 func (s *Server) viewsOf(recs []*engine.Record) []recordView {

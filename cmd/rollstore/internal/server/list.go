@@ -25,11 +25,12 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 		Limit:         defaultListLimit,
 	}
 	if q.Has("limit") {
-		n, err := strconv.Atoi(q.Get("limit"))
-		if err != nil || n <= 0 {
+		// A limit too large for an integer is lowered like any other.
+		n, ok := parseDigits(q.Get("limit"))
+		if !ok || n <= 0 {
 			return badRequest("limit must be a positive integer, got %q", q.Get("limit"))
 		}
-		opts.Limit = min(n, maxListLimit)
+		opts.Limit = int(min(n, maxListLimit))
 	}
 	v, err := versionParam(r)
 	if err != nil {

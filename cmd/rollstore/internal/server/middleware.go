@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -25,23 +26,35 @@ func (s *Server) handle(pattern string, h handlerFunc, opts int) {
 	if _, path, ok := strings.Cut(pattern, " "); ok {
 		route = path
 	}
-	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.mux.Handle(pattern, s.wrap(route, h, opts))
+}
+
+// wrap is h with the common request handling, route its metrics label.
+func (s *Server) wrap(route string, h handlerFunc, opts int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(*parserErrorConn); ok {
+			c.handled.Store(true) // from now on, what this connection writes is ours
+		}
 		start := time.Now()
 		r = withRequestID(w, r)
 		rec := &recorder{ResponseWriter: w}
 		err := s.admit(rec, r, h, opts)
 		status, abort := s.answer(rec, r, err)
+		if err == nil && rec.encodeErr != nil {
+			err = fmt.Errorf("encoding the response: %w", rec.encodeErr)
+		}
 		elapsed := time.Since(start)
 		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Observe(elapsed.Seconds())
 		s.logRequest(r, route, status, rec.bytes, elapsed, err, abort)
+		_ = s.cfg.Hooks.Call(r.Context(), "request:logged")
 		if abort {
 			panic(http.ErrAbortHandler)
 		}
-	}))
+	})
 }
 
 // admit runs h unless the request is refused: while draining, without a
-// valid token, or over the concurrency limit.
+// valid token, or over the concurrency limits.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, opts int) error {
 	if opts&internal == 0 && s.draining.Load() {
 		// Connection: close sends keep-alive clients to another instance.
@@ -53,6 +66,14 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, op
 	}
 	if opts&internal != 0 {
 		return h(w, r)
+	}
+	if opts&upload != 0 {
+		select {
+		case s.uploads <- struct{}{}:
+			defer func() { <-s.uploads }()
+		default:
+			return newError(http.StatusServiceUnavailable, codeOverloaded, "too many concurrent uploads (limit %d)", s.cfg.MaxConcurrentUploads)
+		}
 	}
 	select {
 	case s.sem <- struct{}{}:
@@ -172,6 +193,8 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// encodeErr is why writeJSON could not encode the answer, if it could not.
+	encodeErr error
 }
 
 func (r *recorder) WriteHeader(code int) {

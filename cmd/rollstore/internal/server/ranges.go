@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -64,7 +65,10 @@ func parseRange(h string) (byteRange, rangeKind) {
 	return byteRange{first: first, last: last}, rangeOne
 }
 
-// parseDigits accepts only ASCII digits (no sign, no spaces).
+// parseDigits accepts only ASCII digits (no sign, no spaces). A number
+// too large for int64 is math.MaxInt64: past the end of any payload, which
+// is what it means (RFC 9110 §14.1.1: a last position past the end is
+// clipped to it, a first one past the end is unsatisfiable).
 func parseDigits(s string) (int64, bool) {
 	if s == "" {
 		return 0, false
@@ -75,7 +79,10 @@ func parseDigits(s string) (int64, bool) {
 		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil
+	if err != nil {
+		return math.MaxInt64, true // only ErrRange is left
+	}
+	return n, true
 }
 
 // resolve turns a range into offset and length for a payload of size
@@ -107,17 +114,4 @@ func (br byteRange) length() int64 {
 		return -1
 	}
 	return br.last - br.first + 1
-}
-
-// matchETag reports whether an If-None-Match or If-Range value lists tag.
-// Weak comparison: the W/ prefix is ignored, which RFC 9110 prescribes for
-// If-None-Match; our tags are strong anyway.
-func matchETag(header, tag string) bool {
-	for t := range strings.SplitSeq(header, ",") {
-		t = strings.TrimSpace(t)
-		if t == "*" || strings.TrimPrefix(t, "W/") == tag {
-			return true
-		}
-	}
-	return false
 }

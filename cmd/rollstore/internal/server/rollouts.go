@@ -3,9 +3,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -48,18 +51,56 @@ func (h *recordHeader) record(id, contentType string) engine.Record {
 	return rec
 }
 
-// decodeStrict decodes exactly one JSON value and refuses unknown fields,
-// so a misspelt field is an error instead of silently dropped data.
+// decodeStrict decodes exactly one JSON object into v, a pointer to a
+// struct, and refuses what encoding/json would let through: unknown
+// fields (a misspelt field is an error instead of silently dropped data),
+// field names in another case (Rollout_ID would fill rollout_id), keys
+// repeated anywhere (the last would win), lone surrogates and invalid
+// UTF-8 (they would become U+FFFD).
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	var known map[string]bool
+	switch v.(type) {
+	case *recordHeader:
+		known = recordHeaderFields
+	case *batchLine:
+		known = batchLineFields
+	default:
+		known = jsonFields(reflect.TypeOf(v).Elem())
+	}
+	err := rowfile.CheckJSON(data, func(k string) error {
+		if !known[k] {
+			return fmt.Errorf("unknown field %q (field names are case-sensitive)", k)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	if dec.More() {
-		return badRequest("trailing data after the JSON value")
+	// One value with known fields only, as CheckJSON proved: Unmarshal
+	// needs no copy of data, which may be a batch line of many MiB.
+	return json.Unmarshal(data, v)
+}
+
+// The fields of the record header and of a batch line, computed once.
+var (
+	recordHeaderFields = jsonFields(reflect.TypeFor[recordHeader]())
+	batchLineFields    = jsonFields(reflect.TypeFor[batchLine]())
+)
+
+// jsonFields returns the JSON names of a struct's fields, embedded
+// structs' included.
+func jsonFields(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for f := range t.Fields() {
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			maps.Copy(names, jsonFields(f.Type))
+			continue
+		}
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names[name] = true
+		}
 	}
-	return nil
+	return names
 }
 
 const recordHeaderName = "Rollstore-Record"
@@ -101,7 +142,7 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := newUploadBody(w, r, s.cfg.UploadIdleTimeout, s.cfg.MaxBodyBytes)
+	body := s.newUploadBody(w, r, s.cfg.MaxBodyBytes)
 	res, err := tb.Append(r.Context(), hdr.record(id, r.Header.Get("Content-Type")), body, r.ContentLength)
 	body.done()
 	if err != nil {
@@ -117,8 +158,15 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// rolloutPath is where a rollout is read. An id made only of dots is
+// escaped as %2E, or clients and the router would take it for a dot
+// segment and read another path.
 func rolloutPath(table, id string) string {
-	return "/v1/tables/" + table + "/rollouts/" + url.PathEscape(id)
+	seg := url.PathEscape(id)
+	if seg == "." || seg == ".." {
+		seg = strings.Repeat("%2E", len(seg))
+	}
+	return "/v1/tables/" + table + "/rollouts/" + seg
 }
 
 func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {
@@ -141,9 +189,11 @@ func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {
 // getPayload streams a payload, whole or one byte range of it.
 //
 // The record is looked up first only when the answer depends on it before
-// any byte is read (a suffix range needs the size, conditional requests
-// need the ETag, HEAD needs only headers); otherwise the payload is opened
-// directly and the record comes with it, saving a lookup.
+// any byte is read (a suffix range or a malformed one needs the size,
+// conditional requests need the validators, HEAD needs only headers);
+// otherwise the payload is opened directly and the record comes with it,
+// saving a lookup. Conditional requests are decided as net/http's
+// ServeContent decides them (see evaluate).
 func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	opts, err := readOptions(r)
 	if err != nil {
@@ -155,22 +205,26 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := r.PathValue("id")
 	br, kind := parseRange(r.Header.Get("Range"))
-	if kind == rangeInvalid {
-		return newError(http.StatusRequestedRangeNotSatisfiable, codeRangeNotSatisfy, "malformed Range %q", r.Header.Get("Range"))
-	}
-	inm, ifRange := r.Header.Get("If-None-Match"), r.Header.Get("If-Range")
 	var rec *engine.Record
-	if br.isSuffix || inm != "" || ifRange != "" || r.Method == http.MethodHead {
+	if br.isSuffix || kind == rangeInvalid || hasConditions(r.Header) || r.Method == http.MethodHead {
 		if rec, err = tb.Get(r.Context(), id, opts); err != nil {
 			return err
 		}
-		if inm != "" && matchETag(inm, etag(rec)) {
-			setPayloadHeaders(w.Header(), rec)
+		mod, _ := lastModified(rec)
+		switch evaluate(r.Header, etag(rec), mod) {
+		case condPreconditionFailed:
+			w.Header().Set("ETag", etag(rec))
+			return newError(http.StatusPreconditionFailed, codePrecondFailed, "a precondition (If-Match, If-Unmodified-Since) does not hold")
+		case condNotModified:
+			// Only the validator, as RFC 9110 §15.4.5 has it.
+			w.Header().Set("ETag", etag(rec))
 			w.WriteHeader(http.StatusNotModified)
 			return nil
-		}
-		if kind == rangeOne && ifRange != "" && !ifRangeHolds(ifRange, rec) {
+		case condIgnoreRange:
 			kind = rangeNone
+		}
+		if kind == rangeInvalid {
+			return &engine.RangeError{Size: rec.PayloadSize}
 		}
 	}
 
@@ -246,18 +300,19 @@ func setPayloadHeaders(h http.Header, rec *engine.Record) {
 	h.Set("Content-Type", ct)
 	h.Set("ETag", etag(rec))
 	h.Set("Accept-Ranges", "bytes")
-	h.Set("Last-Modified", rec.CreatedAt.UTC().Format(http.TimeFormat))
+	if _, d := lastModified(rec); d != "" {
+		h.Set("Last-Modified", d)
+	}
 	h.Set("X-Content-Type-Options", "nosniff")
 }
 
-// ifRangeHolds reports whether the Range may be honoured under If-Range:
-// an entity tag must match strongly; a date must not predate the record
-// (payloads never change after creation).
-func ifRangeHolds(v string, rec *engine.Record) bool {
-	v = strings.TrimSpace(v)
-	if strings.HasPrefix(v, `"`) {
-		return v == etag(rec)
+// lastModified is a payload's modification time, its record's creation,
+// at whole seconds and as an HTTP date; zero and "" when HTTP dates cannot
+// express it.
+func lastModified(rec *engine.Record) (time.Time, string) {
+	d, ok := httpDate(rec.CreatedAt)
+	if !ok {
+		return time.Time{}, ""
 	}
-	t, err := http.ParseTime(v)
-	return err == nil && !t.Before(rec.CreatedAt.Truncate(time.Second))
+	return rec.CreatedAt.UTC().Truncate(time.Second), d
 }

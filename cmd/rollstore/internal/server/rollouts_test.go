@@ -255,8 +255,12 @@ func TestPutStalledUpload(t *testing.T) {
 
 func TestPutSlowButSteadyUpload(t *testing.T) {
 	// A client slower than the idle timeout in total, but never idle for
-	// that long, is not cut off: the deadline moves with every read.
-	e := newEnv(t, func(o *envOptions) { o.server.UploadIdleTimeout = 300 * time.Millisecond })
+	// that long and above the minimum rate (20 KiB/s here), is not cut off:
+	// the deadline moves with every read.
+	e := newEnv(t, func(o *envOptions) {
+		o.server.UploadIdleTimeout = 300 * time.Millisecond
+		o.server.UploadMinRate = 1 << 10
+	})
 	e.createTable("t")
 	pr, pw := io.Pipe()
 	payload := payloadOf("steady", 10<<10)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 )
@@ -13,6 +14,8 @@ const (
 	// internal routes (health, metrics) are neither refused while
 	// draining nor counted against MaxConcurrentRequests.
 	internal
+	// upload routes also count against MaxConcurrentUploads.
+	upload
 )
 
 func (s *Server) routes() {
@@ -25,8 +28,8 @@ func (s *Server) routes() {
 	s.handle("GET /v1/tables/{table}", s.tableStatus, 0)
 	s.handle("DELETE /v1/tables/{table}", s.dropTable, 0)
 
-	s.handle("PUT /v1/tables/{table}/rollouts/{id}", s.putRollout, 0)
-	s.handle("POST /v1/tables/{table}/rollouts", s.postBatch, 0)
+	s.handle("PUT /v1/tables/{table}/rollouts/{id}", s.putRollout, upload)
+	s.handle("POST /v1/tables/{table}/rollouts", s.postBatch, upload)
 	s.handle("GET /v1/tables/{table}/rollouts", s.listRollouts, 0)
 	s.handle("GET /v1/tables/{table}/rollouts/{id}", s.getRollout, 0)
 	s.handle("GET /v1/tables/{table}/rollouts/{id}/payload", s.getPayload, 0)
@@ -35,8 +38,51 @@ func (s *Server) routes() {
 	s.handle("POST /v1/tables/{table}/merge", s.merge, 0)
 	s.handle("GET /v1/tables/{table}/versions", s.versions, 0)
 
-	// Everything else is answered in JSON too (404 or 405).
-	s.handle("/", s.noRoute, public)
+	// Everything else is answered in JSON too (404 or 405), and behind
+	// auth like any API route, so probing reveals nothing without a token.
+	s.handle("/", s.noRoute, 0)
+	s.redirect = s.wrap("/", s.cleanPathRedirect, 0)
+}
+
+// ServeHTTP sends a path that is not in canonical form (with ".", ".."
+// or "//" segments) to cleanPathRedirect before the router sees it: the
+// router would answer it with a redirect of its own, in HTML and without
+// a request id or auth.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != cleanPath(p) {
+		s.redirect.ServeHTTP(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// cleanPathRedirect answers 307 to the canonical path, as the router
+// would, in JSON. Segments stay escaped, so an id sent as %2E keeps its
+// meaning.
+func (s *Server) cleanPathRedirect(w http.ResponseWriter, r *http.Request) error {
+	loc := cleanPath(r.URL.EscapedPath())
+	if r.URL.RawQuery != "" {
+		loc += "?" + r.URL.RawQuery
+	}
+	w.Header().Set("Location", loc)
+	return newError(http.StatusTemporaryRedirect, codeRedirect,
+		"%s is not a canonical path; see Location (ids made of dots travel as %%2E)", r.URL.EscapedPath())
+}
+
+// cleanPath is the router's canonical form of p: no "." or ".." segments,
+// no empty ones, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // noRoute answers paths no route matches with 404, and known paths asked

@@ -17,14 +17,17 @@ import (
 
 // Server serves one engine.DB over HTTP.
 type Server struct {
-	db      *engine.DB
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *metrics
-	tokens  [][sha256.Size]byte
-	// sem holds one token per API request being served.
-	sem chan struct{}
+	db  *engine.DB
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// redirect answers paths that are not in canonical form.
+	redirect http.Handler
+	metrics  *metrics
+	tokens   [][sha256.Size]byte
+	// sem holds one token per API request being served, uploads one per
+	// upload among them.
+	sem, uploads chan struct{}
 
 	draining atomic.Bool
 	// warmed is set once every table's snapshot was loaded, which is what
@@ -40,12 +43,17 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A batch is committed as one segment: it holds at most as many rows.
+	if rows := db.Config().SegmentMaxRows; cfg.MaxBatchRows == 0 || cfg.MaxBatchRows > rows {
+		cfg.MaxBatchRows = rows
+	}
 	s := &Server{
-		db:  db,
-		cfg: cfg,
-		log: cfg.Logger,
-		mux: http.NewServeMux(),
-		sem: make(chan struct{}, cfg.MaxConcurrentRequests),
+		db:      db,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		mux:     http.NewServeMux(),
+		sem:     make(chan struct{}, cfg.MaxConcurrentRequests),
+		uploads: make(chan struct{}, cfg.MaxConcurrentUploads),
 	}
 	for _, t := range cfg.AuthTokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
@@ -56,7 +64,7 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 }
 
 // Handler returns the HTTP handler of the API.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s }
 
 // StartDrain makes readiness fail and every later API request be refused
 // with 503 "draining", while requests already running finish. Serve calls
@@ -70,9 +78,10 @@ func (s *Server) StartDrain() {
 
 // Serve serves on ln until ctx is done, running the merger alongside, then
 // drains within Config.DrainTimeout: readiness fails and new requests are
-// refused, the merger stops, requests in flight finish, the listener
-// closes, and db is closed, which seals the generations this process
-// wrote. It returns nil after a clean drain.
+// refused, the merger stops, requests in flight finish (or are cut off at
+// the bound), the listener closes. Then db is closed within
+// Config.CloseTimeout, which seals the generations this process wrote and
+// releases its shard. It returns nil after a clean drain.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler: s.Handler(),
@@ -82,9 +91,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		// Room for the record header plus ordinary headers; a larger
 		// header block is refused by net/http with 431.
-		MaxHeaderBytes: s.cfg.MaxRecordHeaderBytes + 64<<10,
+		MaxHeaderBytes: s.maxHeaderBytes(),
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Requests net/http refuses before any handler runs (431, 400)
+		// are answered in JSON too; see parserErrorConn.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if pc, ok := c.(*parserErrorConn); ok && st == http.StateActive {
+				pc.handled.Store(false) // a new request is being read
+			}
+		},
 	}
+	ln = parserErrorListener{ln, s}
 	mergeCtx, stopMerger := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMerger()
 	var wg sync.WaitGroup
@@ -103,9 +121,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case err := <-served:
 		stopMerger()
 		wg.Wait()
-		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
-		defer cancel()
-		return errors.Join(fmt.Errorf("serving on %s: %w", ln.Addr(), err), s.db.Close(cctx))
+		return errors.Join(fmt.Errorf("serving on %s: %w", ln.Addr(), err), s.closeDB())
 	case <-ctx.Done():
 	}
 
@@ -131,9 +147,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		errs = append(errs, err)
 	}
 	wg.Wait()
-	if err := s.db.Close(drainCtx); err != nil {
+	if err := s.closeDB(); err != nil {
 		errs = append(errs, fmt.Errorf("drain: closing the database: %w", err))
 	}
 	s.log.Info("drained", "took", time.Since(start).Round(time.Millisecond), "clean", len(errs) == 0)
 	return errors.Join(errs...)
+}
+
+// closeDB closes the database within CloseTimeout, counted from now: a
+// drain that overran its own bound must still seal and release the shard.
+func (s *Server) closeDB() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseTimeout)
+	defer cancel()
+	return s.db.Close(ctx)
 }

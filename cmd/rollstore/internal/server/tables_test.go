@@ -1,10 +1,16 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/internal/hook"
+	"github.com/rollstore/rollstore/objstore/faulty"
+	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 func TestTables(t *testing.T) {
@@ -126,4 +132,82 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 	if got := r.header.Get("Allow"); got != "GET, PUT, HEAD" {
 		t.Errorf("Allow %q", got)
 	}
+}
+
+// TestDropWhileUploading: six uploads start while a DELETE of their table
+// is under way (held just before it deletes the table's descriptor) and
+// get into the engine; then the drop goes on. The DELETE answers 204, none
+// of the six is acknowledged (their table is gone), none answers 500, and
+// the name is usable at once: the table is created again and written to
+// with 201, not 503 shard_owned.
+func TestDropWhileUploading(t *testing.T) {
+	fb := faulty.New(memory.New())
+	t.Cleanup(fb.Reset)
+	e := newEnv(t, func(o *envOptions) { o.store = fb })
+	e.createTable("t")
+	e.mustPut("t", "before", []byte("committed before the drop")) // the shard's writer runs and holds its lease
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dropping := fb.Pause(faulty.OpDelete, faulty.Before, faulty.Key("t/_table.json"))
+	t.Cleanup(dropping.Release)
+	dropped := make(chan response, 1)
+	go func() { dropped <- e.do("DELETE", "/v1/tables/t", nil) }()
+	if err := dropping.Wait(ctx); err != nil {
+		t.Fatal("the drop never reached the descriptor")
+	}
+
+	// Each upload either reaches the engine's write path (and is held
+	// there) or is answered; wait until all six have done one or the other.
+	const writers = 6
+	progressed := make(chan struct{}, 2*writers)
+	release := make(chan struct{})
+	e.hooks.Do("write:after-payload", func(ctx context.Context) error {
+		progressed <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, hook.Times(writers))
+	answers := make(chan response, writers)
+	for i := range writers {
+		size := 100 + i*3000 // inline and external payloads
+		ch := e.startPut(e.ts.URL, "t", fmt.Sprint("w-", i), payloadOf(fmt.Sprint("w-", i), size))
+		go func() {
+			select {
+			case r := <-ch:
+				progressed <- struct{}{}
+				answers <- r
+			case <-release:
+				answers <- <-ch
+			}
+		}()
+	}
+	for range writers {
+		select {
+		case <-progressed:
+		case <-ctx.Done():
+			t.Fatal("the uploads neither reached the engine nor were answered")
+		}
+	}
+	dropping.Release()
+	close(release)
+
+	want(t, <-dropped, http.StatusNoContent, "")
+	for range writers {
+		r := <-answers
+		if r.status < 300 || r.status >= 500 && r.status != http.StatusServiceUnavailable {
+			t.Errorf("upload during the drop: %d %s", r.status, r.body)
+		}
+	}
+
+	e.createTable("t")
+	want(t, e.put("t", "after", `{"rollout_id":"r"}`, []byte("written after the drop")), http.StatusCreated, "")
+	p := e.do("GET", rolloutURL("t", "after")+"/payload", nil)
+	if p.status != http.StatusOK || string(p.body) != "written after the drop" {
+		t.Fatalf("read back: %d %q", p.status, p.body)
+	}
+	e.wantNothingStored("t", "before", "w-0", "w-5")
 }

@@ -1,37 +1,54 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
+
+	"github.com/rollstore/rollstore/internal/hook"
 )
 
-// uploadBody is a request body read with an idle timeout and a size limit.
-// Before every Read it pushes the connection's read deadline UploadIdle
-// ahead, so a client that keeps sending may take as long as it needs while
-// one that stalls is cut off after the idle timeout. It remembers why the
-// body failed, because the engine may report the failure in its own words:
-// the handler asks explain, not the error's chain.
+// uploadBody is a request body read with an idle timeout, a minimum rate
+// and a size limit. Before every Read it sets the connection's read
+// deadline to the earlier of two: UploadIdleTimeout from now (a client
+// that stalls is cut off), and the moment by which the client must have
+// sent the next byte to average UploadMinRate, after a head start of
+// UploadIdleTimeout (a client that keeps trickling, which the idle timeout
+// alone would never cut off, is cut off too). The rate counts only the time
+// spent waiting for the client, not the time the store takes to accept
+// what was read, so a slow store never makes a client look slow. It
+// remembers why the body failed, because the engine may report the failure
+// in its own words: the handler asks explain, not the error's chain.
 type uploadBody struct {
-	r     io.Reader
-	rc    *http.ResponseController
-	idle  time.Duration
-	limit int64
-	n     int64
-	// cause is the first failure, one of errUploadIdle, errTruncated or
-	// errBodyLimit, or nil.
+	r       io.Reader
+	ctx     context.Context
+	rc      *http.ResponseController
+	idle    time.Duration
+	minRate int64 // bytes per second; 0: none
+	waited  time.Duration
+	limit   int64
+	n       int64
+	hooks   hook.Func
+	// slow is set while the rate's deadline is the one in force.
+	slow bool
+	// cause is the first failure, one of errUploadIdle, errUploadSlow,
+	// errTruncated, errBodyLimit, errMalformedBody, errClientGone, or nil.
 	cause error
 }
 
 // newUploadBody wraps r.Body. limit < 0 means no limit of its own (the
 // engine's MaxPayload still applies).
-func newUploadBody(w http.ResponseWriter, r *http.Request, idle time.Duration, limit int64) *uploadBody {
-	b := &uploadBody{r: r.Body, idle: idle, limit: limit}
-	if idle > 0 {
+func (s *Server) newUploadBody(w http.ResponseWriter, r *http.Request, limit int64) *uploadBody {
+	b := &uploadBody{r: r.Body, ctx: r.Context(), idle: s.cfg.UploadIdleTimeout, limit: limit, hooks: s.cfg.Hooks}
+	if b.idle > 0 {
 		b.rc = http.NewResponseController(w)
+		b.minRate = s.cfg.UploadMinRate
 	}
 	return b
 }
@@ -43,12 +60,26 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.limit >= 0 && int64(len(p)) > b.limit-b.n+1 {
 		p = p[:b.limit-b.n+1] // one byte past the limit proves it was exceeded
 	}
+	start := time.Now()
 	if b.rc != nil {
+		wait := b.idle
+		b.slow = false
+		if b.minRate > 0 {
+			// What the client may still keep us waiting, in all.
+			left := b.idle + time.Duration(float64(b.n+1)/float64(b.minRate)*float64(time.Second)) - b.waited
+			if left < wait {
+				wait, b.slow = left, true
+			}
+		}
 		// ErrNotSupported (a writer that cannot set deadlines) leaves the
-		// upload without an idle timeout; it is not a reason to refuse it.
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
+		// upload without these bounds; it is not a reason to refuse it.
+		_ = b.rc.SetReadDeadline(start.Add(wait))
 	}
 	n, err := b.r.Read(p)
+	b.waited += time.Since(start)
+	if b.n == 0 && n > 0 {
+		_ = b.hooks.Call(b.ctx, "upload:first-bytes")
+	}
 	b.n += int64(n)
 	switch {
 	case b.limit >= 0 && b.n > b.limit:
@@ -56,20 +87,34 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		return n, b.cause
 	case err == nil || err == io.EOF:
 		return n, err
+	}
+	b.cause = b.why(err)
+	return n, b.cause
+}
+
+// why names a failed body read. A client that went away (the connection
+// reset or closed under the read) is not answered and not a server fault;
+// anything else net/http reports while reading a body it already framed is
+// the client's malformed framing (a bad chunk), a 400.
+func (b *uploadBody) why(err error) error {
+	var mbe *http.MaxBytesError
+	var ne *net.OpError
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded) && b.slow:
+		return fmt.Errorf("%w: %d bytes in %v of waiting, below %d bytes/s", errUploadSlow, b.n, b.waited.Round(time.Millisecond), b.minRate)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		b.cause = fmt.Errorf("%w (%v, after %d bytes)", errUploadIdle, b.idle, b.n)
+		return fmt.Errorf("%w (%v, after %d bytes)", errUploadIdle, b.idle, b.n)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		b.cause = fmt.Errorf("%w: got %d bytes", errTruncated, b.n)
-	default:
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			b.cause = fmt.Errorf("%w: more than %d bytes", errBodyLimit, mbe.Limit)
-		}
+		return fmt.Errorf("%w: got %d bytes", errTruncated, b.n)
+	case errors.As(err, &mbe):
+		return fmt.Errorf("%w: more than %d bytes", errBodyLimit, mbe.Limit)
+	case errors.As(err, &ne), errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		b.ctx.Err() != nil:
+		return fmt.Errorf("%w after %d bytes: %v", errClientGone, b.n, err)
+	case errors.Is(err, http.ErrBodyReadAfterClose):
+		return err // ours, not the client's
 	}
-	if b.cause != nil {
-		return n, b.cause
-	}
-	return n, err
+	return fmt.Errorf("%w after %d bytes: %v", errMalformedBody, b.n, err)
 }
 
 // done clears the deadline so the connection serves its next request

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/azure"
+	"github.com/rollstore/rollstore/objstore/faulty"
+	"github.com/rollstore/rollstore/objstore/memory"
+)
+
+// unreachableAzure is an Azure bucket whose endpoint nobody listens on,
+// configured as `rollstore serve` configures one (default retries and
+// budget), with Azurite's published development account.
+func unreachableAzure(t *testing.T) objstore.Bucket {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	b, err := azure.New(t.Context(), azure.Config{
+		Container: "unreachable",
+		Auth:      azure.AuthConnectionString,
+		ConnectionString: "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
+			"AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
+			"BlobEndpoint=http://" + addr + "/devstoreaccount1;",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestUnreachableStoreIs503: with the store unreachable, API calls answer
+// 503 store_unavailable with Retry-After, within the Azure retry budget
+// (not after the SDK's whole backoff schedule), and /readyz answers 503
+// within its own bound, naming the store.
+func TestUnreachableStoreIs503(t *testing.T) {
+	e := newEnv(t, func(o *envOptions) { o.store = unreachableAzure(t) })
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/tables"},
+		{"PUT", "/v1/tables/t"},
+		{"GET", rolloutURL("t", "a")},
+	} {
+		start := time.Now()
+		r := e.do(c.method, c.path, nil)
+		took := time.Since(start)
+		want(t, r, http.StatusServiceUnavailable, codeStoreDown)
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without Retry-After", c.method, c.path)
+		}
+		if took > azure.DefaultMaxElapsed {
+			t.Errorf("%s %s: answered after %v, more than the %v retry budget", c.method, c.path, took, azure.DefaultMaxElapsed)
+		}
+	}
+	start := time.Now()
+	r := e.do("GET", "/readyz", nil)
+	took := time.Since(start)
+	want(t, r, http.StatusServiceUnavailable, codeNotReady)
+	if !strings.Contains(r.errMessage(), "store unreachable") {
+		t.Errorf("readyz: %s, want the reason", r.body)
+	}
+	if bound := DefaultConfig().ReadyTimeout + 500*time.Millisecond; took > bound {
+		t.Errorf("readyz answered after %v, bound %v", took, DefaultConfig().ReadyTimeout)
+	}
+}
+
+// TestReadyzIsBounded: /readyz answers within ReadyTimeout with the reason
+// even when a store call hangs and ignores its context, whether the
+// probe itself or loading the tables waits on it.
+func TestReadyzIsBounded(t *testing.T) {
+	fb := faulty.New(memory.New())
+	t.Cleanup(fb.Reset)
+	e := newEnv(t, func(o *envOptions) {
+		o.store = fb
+		o.server.ReadyTimeout = 300 * time.Millisecond
+	})
+	e.createTable("t")
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	hang := func(context.Context, string) error { <-release; return nil } // deaf to its context
+	rule := fb.Hook(faulty.OpList, faulty.Before, faulty.AnyKey, hang, faulty.Always())
+	for range 2 { // the second probe finds the first one's call still hanging
+		start := time.Now()
+		r := e.do("GET", "/readyz", nil)
+		took := time.Since(start)
+		want(t, r, http.StatusServiceUnavailable, codeNotReady)
+		if !strings.Contains(r.errMessage(), "no answer within 300ms") {
+			t.Errorf("readyz: %s, want the reason", r.body)
+		}
+		if took > time.Second {
+			t.Errorf("readyz answered after %v, bound 300ms", took)
+		}
+	}
+	rule.Remove()
+	// Loading a table hangs now, not the store probe.
+	fb.Hook(faulty.OpGet, faulty.Before, faulty.KeyContains("/base/"), hang, faulty.Always())
+	fb.Hook(faulty.OpList, faulty.Before, faulty.KeyContains("/base/"), hang, faulty.Always())
+	start := time.Now()
+	r := e.do("GET", "/readyz", nil)
+	want(t, r, http.StatusServiceUnavailable, codeNotReady)
+	if !strings.Contains(r.errMessage(), "loading tables") {
+		t.Errorf("readyz: %s, want the reason", r.body)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("readyz answered after %v, bound 300ms", took)
+	}
+}
