@@ -96,7 +96,8 @@ func (t *Table) successor(ctx context.Context, err error) (*Table, error) {
 	switch {
 	case oerr != nil && !errors.Is(oerr, ErrTableNotFound):
 		return nil, oerr
-	case oerr != nil || nt == t:
+	case oerr != nil || nt.lay.Name() == t.lay.Name():
+		// Not created again (yet): the same, dropped, incarnation.
 		return nil, err
 	}
 	return nt, nil
