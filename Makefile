@@ -3,13 +3,24 @@ GO       ?= go
 PKGS     ?= ./...
 AZURITE  := ./test/azurite/azurite.sh
 TIMEOUT  ?= 25m
+# The manifest tests are a module of their own (deploy/k8s/go.mod), so that
+# kustomize, kube-score and k8s.io/api stay out of the service's go.mod;
+# `go test ./...` at the root does not descend into it.
+K8S      := deploy/k8s
+
+# What `rollstore version` and rollstore_build_info report.
+BIN      ?= bin/rollstore
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_PKG := github.com/rollstore/rollstore/internal/version
+LDFLAGS  := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 
 .PHONY: all build run test unit lint bench fixture azurite-install clean
 
 all: build
 
 build:
-	$(GO) build -o bin/rollstore ./cmd/rollstore
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/rollstore
 
 # The embedded default: a local folder under ./data, one shard, in-process merger.
 run:

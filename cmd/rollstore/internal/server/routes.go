@@ -37,6 +37,16 @@ func (s *Server) routes() {
 
 	// Everything else is answered in JSON too (404 or 405).
 	s.handle("/", s.noRoute, public)
+
+	// The metrics listener serves only the metrics, to anyone who reaches
+	// it: that port is meant for the cluster's scraper (deploy/k8s), which
+	// then needs no API token.
+	s.handleOn(s.metricsMux, "GET /metrics", s.serveMetrics, public|internal)
+	s.handleOn(s.metricsMux, "/", s.noMetricsRoute, public|internal)
+}
+
+func (s *Server) noMetricsRoute(w http.ResponseWriter, r *http.Request) error {
+	return newError(http.StatusNotFound, codeRouteNotFound, "the metrics listener serves only GET /metrics, not %s %s", r.Method, r.URL.EscapedPath())
 }
 
 // noRoute answers paths no route matches with 404, and known paths asked

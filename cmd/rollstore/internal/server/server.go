@@ -17,12 +17,15 @@ import (
 
 // Server serves one engine.DB over HTTP.
 type Server struct {
-	db      *engine.DB
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *metrics
-	tokens  [][sha256.Size]byte
+	db  *engine.DB
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// metricsMux is the handler of the separate, unauthenticated metrics
+	// listener (MetricsHandler).
+	metricsMux *http.ServeMux
+	metrics    *metrics
+	tokens     [][sha256.Size]byte
 	// sem holds one token per API request being served.
 	sem chan struct{}
 
@@ -41,11 +44,12 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		db:  db,
-		cfg: cfg,
-		log: cfg.Logger,
-		mux: http.NewServeMux(),
-		sem: make(chan struct{}, cfg.MaxConcurrentRequests),
+		db:         db,
+		cfg:        cfg,
+		log:        cfg.Logger,
+		mux:        http.NewServeMux(),
+		metricsMux: http.NewServeMux(),
+		sem:        make(chan struct{}, cfg.MaxConcurrentRequests),
 	}
 	for _, t := range cfg.AuthTokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
@@ -57,6 +61,12 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 
 // Handler returns the HTTP handler of the API.
 func (s *Server) Handler() http.Handler { return s.mux }
+
+// MetricsHandler returns the handler of a metrics-only listener: GET
+// /metrics without a token even when AuthTokens are set, 404 for anything
+// else. Serve it on a port that only the scraper can reach; the API's own
+// /metrics keeps requiring the token.
+func (s *Server) MetricsHandler() http.Handler { return s.metricsMux }
 
 // StartDrain makes readiness fail and every later API request be refused
 // with 503 "draining", while requests already running finish. Serve calls
