@@ -70,7 +70,9 @@ func memTotal() string {
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
 			var kb int64
-			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d", &kb); err != nil {
+				return "?" // not "0 GiB"
+			}
 			return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
 		}
 	}

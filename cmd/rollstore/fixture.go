@@ -36,14 +36,16 @@ func defaultFixtureConfig() fixtureConfig {
 	}
 }
 
-// flags registers the flags and returns the names of the store's, which
-// keep serve's environment variables.
-func (c *fixtureConfig) flags(fs *flag.FlagSet) (storeFlags map[string]bool) {
-	c.storeConfig.flags(fs)
+// flags registers the flags, in the sections of --help, and returns the
+// names of the store's, which keep serve's environment variables.
+func (c *fixtureConfig) flags(fs *flag.FlagSet) (storeFlags map[string]bool, groups *flagGroups) {
+	g := newFlagGroups(fs)
+	c.storeConfig.flags(fs, g)
 	storeFlags = map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) { storeFlags[f.Name] = true })
 	fs.Lookup("prefix").Usage = "key `prefix` of the run, which must hold no object (see --force); default: a new fixture-<UTC time>-<random>"
 
+	g.start("Run")
 	r := &c.run
 	fs.IntVar(&r.Writers, "writers", r.Writers, "writer shards, each a pod with its own engine, shard lease and listener")
 	fs.IntVar(&r.Readers, "readers", r.Readers, "reader pods, each with its own engine and caches")
@@ -67,9 +69,11 @@ func (c *fixtureConfig) flags(fs *flag.FlagSet) (storeFlags map[string]bool) {
 	fs.Var(byteSize{&r.CacheBytes}, "cache", "`size` of each pod's caches")
 	fs.BoolVar(&r.Keep, "keep", r.Keep, "leave the table and the baseline objects in the store for inspection")
 	fs.BoolVar(&r.Force, "force", r.Force, "run on a prefix that already holds objects; cleanup then deletes only what the run created")
+	g.start("Logging")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "pods' log `level`: debug, info, warn or error (5xx answers log at error)")
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "pods' log `format`: text or json")
-	return storeFlags
+	g.settle()
+	return storeFlags, g
 }
 
 // fixtureEnvName names a flag's environment variable: serve's for the
@@ -85,28 +89,43 @@ func fixtureEnvName(storeFlags map[string]bool) func(string) string {
 
 // validate refuses what would otherwise silently mean "the default": a
 // zero in fixture.Config takes the default, a zero on the command line is
-// a mistake.
-func (c *fixtureConfig) validate() error {
+// a mistake. Errors name the flags and their variables.
+func (c *fixtureConfig) validate(envOf func(string) string) error {
+	var p problems
 	if err := c.storeConfig.validate(); err != nil {
-		return err
+		p = append(p, err)
 	}
+	o := func(name string) string { return optName(name, envOf) }
 	r := c.run
-	switch {
-	case r.Writers < 1 || r.Readers < 1:
-		return errors.New("--writers and --readers must be at least 1")
-	case r.LargeCount < 0 || r.SmallCount < 0 || r.LargeCount+r.SmallCount == 0:
-		return errors.New("--large-count and --small-count must not be negative, nor both zero")
-	case r.LargeSize < 1 || r.SmallSize < 1 || r.GenMaxBytes < 1 || r.MergeMaxBytes < 1 || r.CacheBytes < 1:
-		return errors.New("sizes must be positive")
-	case r.LargeConcurrency < 1 || r.SmallConcurrency < 1 || r.ReadConcurrency < 1 || r.BaselineObjects < 1:
-		return errors.New("concurrencies and --baseline-objects must be at least 1")
-	case r.RequestTimeout <= 0 || r.GenMaxAge <= 0 || r.MergeInterval <= 0 || r.MinWriteTime < 0:
-		return errors.New("durations must be positive")
+	atLeast1 := func(name string, v int64) { p.check(v >= 1, o(name), "must be at least 1, got %d", v) }
+	atLeast1("writers", int64(r.Writers))
+	atLeast1("readers", int64(r.Readers))
+	atLeast1("large-size", r.LargeSize)
+	atLeast1("small-size", r.SmallSize)
+	atLeast1("generation-max-bytes", r.GenMaxBytes)
+	atLeast1("merge-max-bytes", r.MergeMaxBytes)
+	atLeast1("cache", r.CacheBytes)
+	atLeast1("large-concurrency", int64(r.LargeConcurrency))
+	atLeast1("small-concurrency", int64(r.SmallConcurrency))
+	atLeast1("read-concurrency", int64(r.ReadConcurrency))
+	atLeast1("baseline-objects", int64(r.BaselineObjects))
+	p.check(r.LargeCount >= 0, o("large-count"), "must not be negative, got %d", r.LargeCount)
+	p.check(r.SmallCount >= 0, o("small-count"), "must not be negative, got %d", r.SmallCount)
+	p.check(r.LargeCount+r.SmallCount > 0 || r.LargeCount < 0 || r.SmallCount < 0, o("large-count"), "and %s are both zero: nothing to write", o("small-count"))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"request-timeout", r.RequestTimeout}, {"generation-max-age", r.GenMaxAge}, {"merge-interval", r.MergeInterval}} {
+		p.check(d.v > 0, o(d.name), "must be positive, got %v", d.v)
 	}
-	if err := objstore.ValidateLeaseDuration(r.LeaseDuration); err != nil {
-		return fmt.Errorf("--lease-duration: %w", err)
+	p.check(r.MinWriteTime >= 0, o("min-write-time"), "must not be negative, got %v", r.MinWriteTime)
+	p.checkErr(objstore.ValidateLeaseDuration(r.LeaseDuration), o("lease-duration"))
+	if _, err := newLogger(io.Discard, c.logLevel, c.logFormat); err != nil {
+		// newLogger names serve's variables; the fixture's are its own.
+		p.add("%s %q / %s %q: want a level of debug, info, warn or error and a format of text or json",
+			o("log-level"), c.logLevel, o("log-format"), c.logFormat)
 	}
-	return nil
+	return p.err()
 }
 
 // where describes the store for the report, without secrets.
@@ -117,15 +136,7 @@ func (c *fixtureConfig) where() string {
 	case "local":
 		return fmt.Sprintf("local folder `%s`, prefix `%s`", c.data, c.prefix)
 	}
-	at := c.azure.Endpoint
-	if at == "" && c.azure.AccountName != "" {
-		at = "account " + c.azure.AccountName
-	}
-	for part := range strings.SplitSeq(c.azure.ConnectionString, ";") {
-		if v, ok := strings.CutPrefix(part, "BlobEndpoint="); ok {
-			at = v
-		}
-	}
+	at := c.azureEndpoint()
 	if at != "" {
 		at = " at " + at
 	}
@@ -139,9 +150,9 @@ func runFixture(ctx context.Context, env cmdEnv, args []string) error {
 	}
 	log, err := newLogger(env.stderr, cfg.logLevel, cfg.logFormat)
 	if err != nil {
-		fmt.Fprintf(env.stderr, "rollstore fixture: %v\n", err)
-		return errUsage
+		return err // validated already
 	}
+	warnUnknownEnv(log, env)
 	if cfg.prefix == "" {
 		cfg.prefix = fixture.NewPrefix(time.Now())
 	}
@@ -183,7 +194,8 @@ func parseFixture(env cmdEnv, args []string) (*fixtureConfig, error) {
 	fs := flag.NewFlagSet("fixture", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	fs.Usage = func() {}
-	envOf := fixtureEnvName(cfg.flags(fs))
+	storeFlags, groups := cfg.flags(fs)
+	envOf := fixtureEnvName(storeFlags)
 	withEnvNames(fs, envOf)
 	if err := applyEnv(fs, envOf, env.lookupEnv); err != nil {
 		fmt.Fprintf(env.stderr, "rollstore fixture: %v\n", err)
@@ -191,7 +203,7 @@ func parseFixture(env cmdEnv, args []string) (*fixtureConfig, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fixtureUsage(env.stdout, fs)
+			fixtureUsage(env.stdout, groups)
 			return nil, nil
 		}
 		fmt.Fprintln(env.stderr, "Run 'rollstore fixture --help' for the flags.")
@@ -201,14 +213,16 @@ func parseFixture(env cmdEnv, args []string) (*fixtureConfig, error) {
 		fmt.Fprintf(env.stderr, "rollstore fixture: unexpected arguments %q\n", fs.Args())
 		return nil, errUsage
 	}
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintf(env.stderr, "rollstore fixture: %v\n", err)
+	if err := cfg.validate(envOf); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(env.stderr, "rollstore fixture: %s\n", line)
+		}
 		return nil, errUsage
 	}
 	return &cfg, nil
 }
 
-func fixtureUsage(w io.Writer, fs *flag.FlagSet) {
+func fixtureUsage(w io.Writer, groups *flagGroups) {
 	fmt.Fprint(w, `Usage: rollstore fixture [flags]
 
 The staging fixture. On a fresh prefix it starts writer shards, readers and a
@@ -231,10 +245,8 @@ Against Azure:     rollstore fixture --store azure --azure-container C \
 
 The store flags and their environment variables are serve's; the others'
 variables are ROLLSTORE_FIXTURE_*. The command line wins. Sizes take KiB,
-MiB, GiB or TiB suffixes, or plain bytes.
+MiB, GiB or TiB suffixes (or Ki, Mi, Gi, Ti), or plain bytes.
 
-Flags:
 `)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	groups.print(w)
 }

@@ -173,7 +173,8 @@ func TestFixtureHelpDocumentsEveryFlag(t *testing.T) {
 	help := stdout.String()
 	cfg := defaultFixtureConfig()
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	envOf := fixtureEnvName(cfg.flags(fs))
+	storeFlags, _ := cfg.flags(fs)
+	envOf := fixtureEnvName(storeFlags)
 	fs.VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(help, "-"+f.Name+" ") && !strings.Contains(help, "-"+f.Name+"\n") {
 			t.Errorf("--help does not list -%s", f.Name)

@@ -5,21 +5,26 @@
 //
 //	rollstore serve [flags]    run the HTTP service (see rollstore serve --help)
 //	rollstore fixture [flags]  run the staging fixture on a fresh prefix (see rollstore fixture --help)
+//	rollstore version          print the version (also: rollstore --version)
 //
 // Every flag has an environment-variable equivalent (ROLLSTORE_ and the
 // flag's name in upper case with '-' as '_'; ROLLSTORE_FIXTURE_ for the
 // fixture's own flags); a flag given on the command line wins over the
-// environment.
+// environment. A ROLLSTORE_* variable that no flag reads is warned about
+// at start.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"sort"
+
+	"github.com/rollstore/rollstore/internal/version"
 )
 
 func main() {
@@ -27,6 +32,7 @@ func main() {
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
 		lookupEnv: os.LookupEnv,
+		environ:   os.Environ,
 	}))
 }
 
@@ -35,9 +41,14 @@ func main() {
 type cmdEnv struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
+	// environ lists the environment (KEY=value), for the warning about
+	// unknown ROLLSTORE_* variables; nil skips it.
+	environ func() []string
 	// listening, when set, is told the address serve listens on (tests ask
-	// for port 0 and learn the port here).
-	listening func(net.Addr)
+	// for port 0 and learn the port here); metricsListening likewise for
+	// --metrics-listen.
+	listening        func(net.Addr)
+	metricsListening func(net.Addr)
 }
 
 type command struct {
@@ -49,7 +60,33 @@ func commands() map[string]command {
 	return map[string]command{
 		"serve":   {"run the HTTP service", runServe},
 		"fixture": {"run the staging fixture on a fresh prefix", runFixture},
+		"version": {"print the version", runVersion},
 	}
+}
+
+func runVersion(_ context.Context, env cmdEnv, args []string) error {
+	if len(args) > 0 {
+		fmt.Fprintf(env.stderr, "rollstore version: unexpected arguments %q\n", args)
+		return errUsage
+	}
+	fmt.Fprintln(env.stdout, version.Get())
+	return nil
+}
+
+// knownEnv is every ROLLSTORE_* variable a command reads: serve's and the
+// fixture's (one environment may configure both).
+func knownEnv() map[string]bool {
+	known := map[string]bool{}
+	serve := defaultServeConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	serve.flags(fs)
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	fixture := defaultFixtureConfig()
+	fs = flag.NewFlagSet("fixture", flag.ContinueOnError)
+	storeFlags, _ := fixture.flags(fs)
+	envOf := fixtureEnvName(storeFlags)
+	fs.VisitAll(func(f *flag.Flag) { known[envOf(f.Name)] = true })
+	return known
 }
 
 // errUsage marks errors whose message has already been printed with usage
@@ -59,6 +96,9 @@ var errUsage = errors.New("usage error")
 // run executes the subcommand in args and returns the exit code.
 func run(ctx context.Context, args []string, env cmdEnv) int {
 	cmds := commands()
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		w := env.stdout
 		if len(args) == 0 {
@@ -101,5 +141,6 @@ func printUsage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(w, "  %-10s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'rollstore <command> --help' for the flags of a command.")
+	fmt.Fprintln(w, "Run 'rollstore <command> --help' for the flags of a command;")
+	fmt.Fprintln(w, "'rollstore --version' prints the version.")
 }

@@ -23,6 +23,13 @@ func testCmdEnv(vars map[string]string) (cmdEnv, *bytes.Buffer, *bytes.Buffer) {
 		stdout:    &out,
 		stderr:    &errOut,
 		lookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+		environ: func() []string {
+			var kv []string
+			for k, v := range vars {
+				kv = append(kv, k+"="+v)
+			}
+			return kv
+		},
 	}, &out, &errOut
 }
 
@@ -235,12 +242,14 @@ func TestServeUsageErrors(t *testing.T) {
 }
 
 func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "123": 123, "64KiB": 64 << 10, "1GiB": 1 << 30, "2g": 2 << 30, "512 MiB": 512 << 20, "3k": 3 << 10} {
+	for in, want := range map[string]int64{"0": 0, "123": 123, "64KiB": 64 << 10, "1GiB": 1 << 30, "2g": 2 << 30, "512 MiB": 512 << 20, "3k": 3 << 10,
+		// As Kubernetes writes them (resources, ConfigMaps).
+		"256Mi": 256 << 20, "1Gi": 1 << 30, "64Ki": 64 << 10, "2Ti": 2 << 40, "512mi": 512 << 20} {
 		if got, err := parseSize(in); err != nil || got != want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "-1", "1.5GiB", "GiB", "1PB", "99999999999TiB"} {
+	for _, in := range []string{"", "-1", "1.5GiB", "GiB", "1PB", "99999999999TiB", "Mi", "1.5Gi", "1Pi", "1MB"} {
 		if _, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) accepted", in)
 		}
@@ -254,12 +263,16 @@ func TestParseSize(t *testing.T) {
 func TestReadTokens(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "tokens")
-	os.WriteFile(p, []byte("# current\n  tok-1  \n\ntok-2\n"), 0o600)
+	if err := os.WriteFile(p, []byte("# current\n  tok-1  \n\ntok-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	toks, err := readTokens(p)
 	if err != nil || len(toks) != 2 || toks[0] != "tok-1" || toks[1] != "tok-2" {
 		t.Fatalf("tokens %q %v", toks, err)
 	}
-	os.WriteFile(p, []byte("# nothing\n\n"), 0o600)
+	if err := os.WriteFile(p, []byte("# nothing\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := readTokens(p); err == nil {
 		t.Fatal("a file without tokens was accepted")
 	}

@@ -76,7 +76,7 @@ func manifestEnv(s *set) map[string][]string {
 	for _, cm := range s.configMaps {
 		for k := range cm.Data {
 			if strings.HasPrefix(k, "ROLLSTORE_") {
-				out[k] = append(out[k], "ConfigMap/"+cm.Metadata.Name)
+				out[k] = append(out[k], "ConfigMap/"+cm.Name)
 			}
 		}
 	}

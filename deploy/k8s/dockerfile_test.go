@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -22,8 +23,10 @@ import (
 const repoRoot = "../.."
 
 const (
+	versionVar    = "github.com/rollstore/rollstore/internal/version.version"
+	revisionVar   = "github.com/rollstore/rollstore/internal/version.revision"
 	imageUID      = 65532
-	imageBinary   = "/rollstore"
+	imagePath     = "/rollstore"
 	servedPort    = "8080"
 	mainPkg       = "./cmd/rollstore"
 	builderPrefix = "golang:"
@@ -158,6 +161,9 @@ func shellWords(s string) ([]string, error) {
 	}
 	return words, nil
 }
+
+// buildArgRE finds $NAME and ${NAME} references.
+var buildArgRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)`)
 
 // goBuild is the `go build` of a Dockerfile: its environment assignments
 // and its arguments after `go`.
@@ -297,6 +303,25 @@ func checkDockerfile(src, goVersion string) []error {
 		if f := strings.Fields(ld); !slices.Contains(f, "-s") || !slices.Contains(f, "-w") {
 			add("build", "go build -ldflags %q, want -s -w", ld)
 		}
+		for _, v := range []string{versionVar, revisionVar} {
+			if !regexp.MustCompile(`-X\s+` + regexp.QuoteMeta(v) + `=\S`).MatchString(ld) {
+				add("build", "go build -ldflags stamps no %s: rollstore version and rollstore_build_info would say devel/unknown", v)
+			}
+		}
+		// Every build argument the line uses must be declared in its stage,
+		// or it expands to nothing.
+		declared := map[string]bool{}
+		for _, in := range b.stage.all("ARG") {
+			name, _, _ := strings.Cut(strings.TrimSpace(in.args), "=")
+			declared[name] = true
+		}
+		for _, w := range append(slices.Clone(b.env), b.args...) {
+			for _, m := range buildArgRE.FindAllStringSubmatch(w, -1) {
+				if name := m[1] + m[2]; !declared[name] {
+					add("build", "go build uses $%s, which is not declared with ARG in the build stage", name)
+				}
+			}
+		}
 		if !slices.Contains(b.args, mainPkg) {
 			add("build", "go build does not build %s", mainPkg)
 		}
@@ -335,8 +360,8 @@ func checkDockerfile(src, goVersion string) []error {
 		}
 		copied = append(copied, strings.Join(f[1:], " "))
 	}
-	if b != nil && (len(copied) != 1 || copied[0] != b.out+" "+imageBinary) {
-		add("final", "the final stage copies %q; want only the binary: %s %s", copied, b.out, imageBinary)
+	if b != nil && (len(copied) != 1 || copied[0] != b.out+" "+imagePath) {
+		add("final", "the final stage copies %q; want only the binary: %s %s", copied, b.out, imagePath)
 	}
 	if len(final.all("ADD")) > 0 {
 		add("final", "ADD in the final stage")
@@ -366,8 +391,8 @@ func checkDockerfile(src, goVersion string) []error {
 		}
 		return v
 	}
-	if got := exec("ENTRYPOINT"); !slices.Equal(got, []string{imageBinary}) {
-		add("entrypoint", "ENTRYPOINT %q, want [%q] in exec form", got, imageBinary)
+	if got := exec("ENTRYPOINT"); !slices.Equal(got, []string{imagePath}) {
+		add("entrypoint", "ENTRYPOINT %q, want [%q] in exec form", got, imagePath)
 	}
 	if got := exec("CMD"); !slices.Equal(got, []string{"serve"}) {
 		add("entrypoint", "CMD %q, want [\"serve\"]", got)
@@ -540,9 +565,16 @@ func TestImageMatchesPods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var exposed []string
+		for _, in := range final.all("EXPOSE") {
+			exposed = append(exposed, strings.Fields(in.args)...)
+		}
 		port, _ := namedPort(c, portName)
 		if strconv.Itoa(int(port)) != servedPort {
 			t.Errorf("%s: container port %d, the image exposes %s", w, port, servedPort)
+		}
+		if mp, ok := namedPort(c, metricsPortName); ok && !slices.Contains(exposed, strconv.Itoa(int(mp))) {
+			t.Errorf("%s: metrics port %d, the image exposes %v", w, mp, exposed)
 		}
 		if len(c.Command) > 0 {
 			t.Errorf("%s: command %q overrides the image's ENTRYPOINT", w, c.Command)
@@ -563,7 +595,10 @@ func TestDockerChecksCatchBrokenFiles(t *testing.T) {
 	for _, m := range []textMutation{
 		{"cgo", "CGO_ENABLED=0", "CGO_ENABLED=1", "CGO_ENABLED=0"},
 		{"no trimpath", "-trimpath ", "", "-trimpath"},
-		{"symbols kept", `-ldflags="-s -w"`, `-ldflags="-s"`, "want -s -w"},
+		{"symbols kept", `-ldflags="-s -w `, `-ldflags="-s `, "want -s -w"},
+		{"version not stamped", "-X github.com/rollstore/rollstore/internal/version.version=${VERSION} ", "", "stamps no " + versionVar},
+		{"revision not stamped", " -X github.com/rollstore/rollstore/internal/version.revision=${REVISION}", "", "stamps no " + revisionVar},
+		{"undeclared build arg", "ARG REVISION=unknown\n", "", "$REVISION, which is not declared"},
 		{"other package", "./cmd/rollstore", "./cmd/other", "does not build"},
 		{"builder off go.mod", "golang:1.26 ", "golang:1.25 ", "does not match go.mod"},
 		{"untagged builder", "golang:1.26 ", "golang ", "not pinned"},
@@ -575,7 +610,7 @@ func TestDockerChecksCatchBrokenFiles(t *testing.T) {
 		{"no user", "USER 65532:65532\n", "", "[user]"},
 		{"shell entrypoint", `ENTRYPOINT ["/rollstore"]`, "ENTRYPOINT /rollstore", "[entrypoint]"},
 		{"no serve", `CMD ["serve"]`, `CMD ["help"]`, "[entrypoint]"},
-		{"other port", "EXPOSE 8080", "EXPOSE 9090", "[entrypoint]"},
+		{"other port", "EXPOSE 8080 9090", "EXPOSE 9090", "[entrypoint]"},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			if strings.Count(df, m.old) != 1 {
@@ -609,36 +644,66 @@ func TestDockerChecksCatchBrokenFiles(t *testing.T) {
 	}
 }
 
-// TestDockerfileBuildsStaticBinary runs the Dockerfile's own go build line
-// (its environment and flags, for this machine's OS and architecture) and
-// checks the result is what the final image needs: a static executable
-// (no ELF interpreter, no shared libraries) without symbols or DWARF, and
-// without the build machine's paths. Skipped with -short and until
-// cmd/rollstore exists.
-func TestDockerfileBuildsStaticBinary(t *testing.T) {
+// The version the image build is given in the tests (--build-arg).
+const (
+	testVersion  = "v0.0.0-imagetest"
+	testRevision = "feedface"
+)
+
+var (
+	imageBuildOnce sync.Once
+	imageBuildDir  string // removed by TestMain
+	imageBuildBin  string
+	imageBuildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if imageBuildDir != "" {
+		os.RemoveAll(imageBuildDir)
+	}
+	os.Exit(code)
+}
+
+// imageBinary builds rollstore once per test run with the Dockerfile's own
+// go build line (its environment and flags, for this machine's OS and
+// architecture, VERSION and REVISION as build arguments) and returns its
+// path: the binary the image would hold. It skips with -short, and where
+// it cannot build.
+func imageBinary(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary; skipped with -short")
-	}
-	if runtime.GOOS != "linux" {
-		t.Skip("checks a Linux ELF binary")
-	}
-	if m, _ := filepath.Glob(filepath.Join(repoRoot, "cmd", "rollstore", "*.go")); len(m) == 0 {
-		t.Skip("cmd/rollstore does not exist yet")
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go tool on PATH")
 	}
-	stages, err := parseDockerfile(readRepoFile(t, "Dockerfile"))
+	imageBuildOnce.Do(func() { imageBuildBin, imageBuildErr = buildImageBinary(goTool) })
+	if imageBuildErr != nil {
+		t.Fatal(imageBuildErr)
+	}
+	return imageBuildBin
+}
+
+func buildImageBinary(goTool string) (string, error) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	if err != nil {
-		t.Fatal(err)
+		return "", err
+	}
+	stages, err := parseDockerfile(string(src))
+	if err != nil {
+		return "", err
 	}
 	b, err := findGoBuild(stages)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	out := filepath.Join(t.TempDir(), "rollstore")
-	vars := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH}
+	if imageBuildDir, err = os.MkdirTemp("", "rollstore-image-"); err != nil {
+		return "", err
+	}
+	out := filepath.Join(imageBuildDir, "rollstore")
+	vars := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH, "VERSION": testVersion, "REVISION": testRevision}
 	expand := func(s string) string { return os.Expand(s, func(k string) string { return vars[k] }) }
 	env := os.Environ()
 	for _, e := range b.env {
@@ -659,14 +724,25 @@ func TestDockerfileBuildsStaticBinary(t *testing.T) {
 	}
 	root, err := filepath.Abs(repoRoot)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	cmd := exec.Command(goTool, args...)
 	cmd.Dir, cmd.Env = root, env
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, msg)
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, msg)
 	}
+	return out, nil
+}
 
+// TestDockerfileBuildsStaticBinary checks that the Dockerfile's build
+// gives what the final image needs: a static executable (no ELF
+// interpreter, no shared libraries) without symbols or DWARF, without the
+// build machine's paths, reporting the version it was given.
+func TestDockerfileBuildsStaticBinary(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("checks a Linux ELF binary")
+	}
+	out := imageBinary(t)
 	f, err := elf.Open(out)
 	if err != nil {
 		t.Fatal(err)
@@ -690,7 +766,12 @@ func TestDockerfileBuildsStaticBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	root, _ := filepath.Abs(repoRoot)
 	if bytes.Contains(bin, []byte(root+"/")) {
 		t.Errorf("the binary contains the build path %s: -trimpath missing", root)
+	}
+	v, err := exec.Command(out, "version").CombinedOutput()
+	if want := "rollstore " + testVersion + " (revision " + testRevision + ", "; err != nil || !strings.HasPrefix(string(v), want) {
+		t.Errorf("rollstore version: %q (%v), want %q…: the build arguments do not reach the binary", v, err, want)
 	}
 }

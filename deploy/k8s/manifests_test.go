@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +15,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -26,6 +34,8 @@ const (
 	containerName    = "rollstore"
 	serviceAccountNm = "rollstore"
 	portName         = "http"
+	metricsPortName  = "metrics"
+	metricsPath      = "/metrics"
 	livenessPath     = "/healthz"
 	readinessPath    = "/readyz"
 	componentLabel   = "app.kubernetes.io/component"
@@ -41,6 +51,8 @@ const (
 	envCache    = "ROLLSTORE_CACHE"                // --cache
 	envDrain    = "ROLLSTORE_DRAIN_TIMEOUT"
 	envListen   = "ROLLSTORE_LISTEN"
+	envMetrics  = "ROLLSTORE_METRICS_LISTEN"
+	envTokens   = "ROLLSTORE_AUTH_TOKEN_FILE"
 	envRole     = "ROLLSTORE_ROLE"
 	envShard    = "ROLLSTORE_SHARD"
 	envStore    = "ROLLSTORE_STORE"
@@ -53,7 +65,12 @@ const (
 // headroom is the memory a pod needs beyond its configured budgets (Go
 // runtime, goroutine stacks, TLS, decoded indexes): the limit must cover
 // in-flight payload bytes + cache bytes + this.
-var headroom = big.NewRat(256<<20, 1)
+const headroom = 256 << 20
+
+// logAllowance is the ephemeral storage a container's logs may take on the
+// node beyond its emptyDir volumes (the kubelet rotates them at 10Mi × 5 by
+// default).
+const logAllowance = 64 << 20
 
 // The kustomizations, relative to deploy/k8s.
 const (
@@ -63,16 +80,26 @@ const (
 
 // --- rendering -------------------------------------------------------------
 
-// loadTree reads every manifest file under deploy/k8s (the test's working
-// directory): path relative to it -> content.
+// manifestDirs hold the kustomize sources, relative to deploy/k8s.
+var manifestDirs = []string{"base", "components", "overlays"}
+
+// loadTree reads every manifest file under deploy/k8s's kustomize folders
+// (the test's working directory): path relative to it -> content.
 func loadTree(t testing.TB) map[string]string {
 	t.Helper()
 	tree := map[string]string{}
 	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
 		}
-		if strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".md") {
+		top, _, _ := strings.Cut(filepath.ToSlash(p), "/")
+		if d.IsDir() {
+			if p != "." && !slices.Contains(manifestDirs, top) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !slices.Contains(manifestDirs, top) || strings.HasSuffix(p, ".md") {
 			return nil
 		}
 		b, err := os.ReadFile(p)
@@ -180,13 +207,14 @@ type set struct {
 	decodeErrs []error // rendered documents that do not decode strictly
 
 	keys            []string // kind/name of every object, in output order
-	namespaces      []*namespace
-	serviceAccounts []*serviceAccount
-	configMaps      []*configMap
-	services        []*service
+	namespaces      []*corev1.Namespace
+	serviceAccounts []*corev1.ServiceAccount
+	configMaps      []*corev1.ConfigMap
+	services        []*corev1.Service
 	workloads       []*workload
-	pdbs            []*podDisruptionBudget
-	hpas            []*horizontalPodAutoscaler
+	pdbs            []*policyv1.PodDisruptionBudget
+	hpas            []*autoscalingv2.HorizontalPodAutoscaler
+	netpols         []*networkingv1.NetworkPolicy
 	objNamespaces   map[string]string // kind/name -> metadata.namespace
 }
 
@@ -194,61 +222,60 @@ type set struct {
 type workload struct {
 	kind     string
 	name     string
-	meta     objectMeta
+	meta     metav1.ObjectMeta
 	replicas *int32
-	selector *labelSelector
-	tmpl     *podTemplateSpec
-	dep      *deployment
-	sts      *statefulSet
+	selector *metav1.LabelSelector
+	tmpl     *corev1.PodTemplateSpec
+	dep      *appsv1.Deployment
+	sts      *appsv1.StatefulSet
 }
 
 func (w *workload) String() string { return w.kind + "/" + w.name }
 
-func (w *workload) component() string { return w.tmpl.Metadata.Labels[componentLabel] }
+func (w *workload) component() string { return w.tmpl.Labels[componentLabel] }
 
 func (s *set) decode(out []byte) {
 	s.objNamespaces = map[string]string{}
 	for i, doc := range splitDocs(string(out)) {
 		var tm struct {
-			typeMeta
-			Metadata objectMeta `json:"metadata"`
+			metav1.TypeMeta
+			Metadata metav1.ObjectMeta `json:"metadata"`
 		}
 		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 			s.decodeErrs = append(s.decodeErrs, fmt.Errorf("document %d: %v", i+1, err))
 			continue
 		}
 		key := tm.Kind + "/" + tm.Metadata.Name
-		mk, ok := kinds[tm.APIVersion+"/"+tm.Kind]
-		if !ok {
-			s.decodeErrs = append(s.decodeErrs, fmt.Errorf("%s: unknown apiVersion/kind %s/%s (not in schema_test.go)", key, tm.APIVersion, tm.Kind))
-			continue
-		}
-		v := mk()
-		if err := yaml.UnmarshalStrict([]byte(doc), v); err != nil {
-			s.decodeErrs = append(s.decodeErrs, fmt.Errorf("%s: %v (an unknown field is a typo, or a real field to add to schema_test.go)", key, err))
+		obj, err := decodeObject([]byte(doc))
+		if err != nil {
+			s.decodeErrs = append(s.decodeErrs, fmt.Errorf("%s: %v (an unknown field is a typo or misplaced)", key, err))
 			continue
 		}
 		s.keys = append(s.keys, key)
 		s.objNamespaces[key] = tm.Metadata.Namespace
-		switch o := v.(type) {
-		case *namespace:
+		switch o := obj.(type) {
+		case *corev1.Namespace:
 			s.namespaces = append(s.namespaces, o)
-		case *serviceAccount:
+		case *corev1.ServiceAccount:
 			s.serviceAccounts = append(s.serviceAccounts, o)
-		case *configMap:
+		case *corev1.ConfigMap:
 			s.configMaps = append(s.configMaps, o)
-		case *service:
+		case *corev1.Service:
 			s.services = append(s.services, o)
-		case *deployment:
-			s.workloads = append(s.workloads, &workload{kind: o.Kind, name: o.Metadata.Name, meta: o.Metadata,
+		case *appsv1.Deployment:
+			s.workloads = append(s.workloads, &workload{kind: "Deployment", name: o.Name, meta: o.ObjectMeta,
 				replicas: o.Spec.Replicas, selector: o.Spec.Selector, tmpl: &o.Spec.Template, dep: o})
-		case *statefulSet:
-			s.workloads = append(s.workloads, &workload{kind: o.Kind, name: o.Metadata.Name, meta: o.Metadata,
+		case *appsv1.StatefulSet:
+			s.workloads = append(s.workloads, &workload{kind: "StatefulSet", name: o.Name, meta: o.ObjectMeta,
 				replicas: o.Spec.Replicas, selector: o.Spec.Selector, tmpl: &o.Spec.Template, sts: o})
-		case *podDisruptionBudget:
+		case *policyv1.PodDisruptionBudget:
 			s.pdbs = append(s.pdbs, o)
-		case *horizontalPodAutoscaler:
+		case *autoscalingv2.HorizontalPodAutoscaler:
 			s.hpas = append(s.hpas, o)
+		case *networkingv1.NetworkPolicy:
+			s.netpols = append(s.netpols, o)
+		default:
+			s.decodeErrs = append(s.decodeErrs, fmt.Errorf("%s: a %T, which no check knows", key, obj))
 		}
 	}
 }
@@ -264,9 +291,9 @@ func (s *set) workloadNamed(kind, name string) *workload {
 	return nil
 }
 
-func (s *set) configMapNamed(name string) *configMap {
+func (s *set) configMapNamed(name string) *corev1.ConfigMap {
 	for _, c := range s.configMaps {
-		if c.Metadata.Name == name {
+		if c.Name == name {
 			return c
 		}
 	}
@@ -274,7 +301,7 @@ func (s *set) configMapNamed(name string) *configMap {
 }
 
 // hpaFor returns the HPA scaling w, if any.
-func (s *set) hpaFor(w *workload) *horizontalPodAutoscaler {
+func (s *set) hpaFor(w *workload) *autoscalingv2.HorizontalPodAutoscaler {
 	for _, h := range s.hpas {
 		r := h.Spec.ScaleTargetRef
 		if r.Kind == w.kind && r.Name == w.name {
@@ -300,7 +327,7 @@ func (s *set) minReplicas(w *workload) int32 {
 }
 
 // mainContainer is the rollstore container of w.
-func mainContainer(w *workload) (*container, error) {
+func mainContainer(w *workload) (*corev1.Container, error) {
 	for i := range w.tmpl.Spec.Containers {
 		if c := &w.tmpl.Spec.Containers[i]; c.Name == containerName {
 			return c, nil
@@ -311,17 +338,17 @@ func mainContainer(w *workload) (*container, error) {
 
 // containerPort resolves a probe or Service target port (a name or a number)
 // against c's ports.
-func containerPort(c *container, p intOrString) (int32, bool) {
+func containerPort(c *corev1.Container, p intstr.IntOrString) (int32, bool) {
 	for _, cp := range c.Ports {
-		if (p.isInt && int64(cp.ContainerPort) == p.i) || (!p.isInt && p.s != "" && cp.Name == p.s) {
+		if (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) || (p.Type == intstr.String && p.StrVal != "" && cp.Name == p.StrVal) {
 			return cp.ContainerPort, true
 		}
 	}
 	return 0, false
 }
 
-func namedPort(c *container, name string) (int32, bool) {
-	return containerPort(c, intOrString{s: name})
+func namedPort(c *corev1.Container, name string) (int32, bool) {
+	return containerPort(c, intstr.FromString(name))
 }
 
 // env is the effective environment of a container: envFrom ConfigMaps first,
@@ -332,7 +359,7 @@ type env struct {
 	from map[string]string // name -> "fieldRef:<path>", "resourceFieldRef:<res>", ...
 }
 
-func (s *set) effectiveEnv(c *container) (env, []error) {
+func (s *set) effectiveEnv(c *corev1.Container) (env, []error) {
 	e := env{vals: map[string]string{}, from: map[string]string{}}
 	var errs []error
 	for _, ef := range c.EnvFrom {
@@ -369,23 +396,23 @@ func (s *set) effectiveEnv(c *container) (env, []error) {
 
 // parseBytes parses a byte size as GOMEMLIMIT takes it: a plain integer, or
 // with a B, KiB, MiB, GiB or TiB suffix.
-func parseBytes(s string) (*big.Rat, error) { return parseSize(s, false) }
+func parseBytes(s string) (int64, error) { return parseSize(s, false) }
 
 // parseFlagSize parses a size as rollstore's size flags take it: like
-// GOMEMLIMIT, and K, M, G, T as binary units too.
-func parseFlagSize(s string) (*big.Rat, error) { return parseSize(s, true) }
+// GOMEMLIMIT, and Ki, Mi, Gi, Ti (as Kubernetes writes them) and K, M, G,
+// T as binary units too.
+func parseFlagSize(s string) (int64, error) { return parseSize(s, true) }
 
-func parseSize(s string, short bool) (*big.Rat, error) {
+func parseSize(s string, short bool) (int64, error) {
 	s = strings.TrimSpace(s)
-	units := []struct {
+	type unit struct {
 		suffix string
 		shift  uint
-	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+	}
+	units := []unit{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
 	if short {
-		units = append(units, []struct {
-			suffix string
-			shift  uint
-		}{{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}}...)
+		units = append(units, unit{"Ti", 40}, unit{"Gi", 30}, unit{"Mi", 20}, unit{"Ki", 10},
+			unit{"T", 40}, unit{"G", 30}, unit{"M", 20}, unit{"K", 10})
 	}
 	in := s
 	var shift uint
@@ -396,27 +423,18 @@ func parseSize(s string, short bool) (*big.Rat, error) {
 		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return nil, fmt.Errorf("invalid byte size %q", in)
+	if err != nil || n <= 0 || n > (1<<62)>>shift {
+		return 0, fmt.Errorf("invalid byte size %q", in)
 	}
-	return new(big.Rat).SetInt(new(big.Int).Lsh(big.NewInt(n), shift)), nil
+	return n << shift, nil
 }
 
-func mib(r *big.Rat) string {
-	f, _ := new(big.Rat).Quo(r, big.NewRat(1<<20, 1)).Float64()
-	return strconv.FormatFloat(f, 'f', -1, 64) + "Mi"
-}
-
-func sum(rs ...*big.Rat) *big.Rat {
-	t := new(big.Rat)
-	for _, r := range rs {
-		t.Add(t, r)
-	}
-	return t
+func mib(n int64) string {
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) + "Mi"
 }
 
 // budgets reads the memory budgets and drain timeout from c's effective env.
-func (s *set) budgets(c *container) (inflight, cache *big.Rat, drain time.Duration, errs []error) {
+func (s *set) budgets(c *corev1.Container) (inflight, cache int64, drain time.Duration, errs []error) {
 	e, errs := s.effectiveEnv(c)
 	get := func(k string) (string, bool) {
 		v, ok := e.vals[k]
@@ -485,6 +503,8 @@ var checks = []check{
 	{name: "pdb", fn: checkPDBs},
 	{name: "hpa", fn: checkHPAs},
 	{name: "identity", fn: checkIdentity},
+	{name: "metrics", fn: checkMetrics},
+	{name: "network", fn: checkNetwork},
 	{name: "azure", overlayOnly: true, fn: checkAzure},
 }
 
@@ -535,7 +555,7 @@ func checkObjects(s *set) []error {
 	if len(s.namespaces) != 1 {
 		return append(errs, fmt.Errorf("the overlay must create exactly one Namespace, found %d", len(s.namespaces)))
 	}
-	ns := s.namespaces[0].Metadata.Name
+	ns := s.namespaces[0].Name
 	for _, k := range s.keys {
 		if strings.HasPrefix(k, "Namespace/") {
 			continue
@@ -552,14 +572,14 @@ func checkObjects(s *set) []error {
 func checkSelectors(s *set) []error {
 	var errs []error
 	for _, w := range s.workloads {
-		if !w.selector.matches(w.tmpl.Metadata.Labels) {
-			errs = append(errs, fmt.Errorf("%s: selector %v does not match its pod template labels %v", w, w.selector, w.tmpl.Metadata.Labels))
+		if !selects(w.selector, w.tmpl.Labels) {
+			errs = append(errs, fmt.Errorf("%s: selector %v does not match its pod template labels %v", w, w.selector, w.tmpl.Labels))
 		}
 		if w.component() == "" {
 			errs = append(errs, fmt.Errorf("%s: pod template has no %s label", w, componentLabel))
 		}
 		for _, o := range s.workloads {
-			if o != w && w.selector.matches(o.tmpl.Metadata.Labels) {
+			if o != w && selects(w.selector, o.tmpl.Labels) {
 				errs = append(errs, fmt.Errorf("%s: selector also selects the pods of %s", w, o))
 			}
 		}
@@ -584,7 +604,7 @@ func checkProbes(s *set) []error {
 		}
 		for _, p := range []struct {
 			kind     string
-			probe    *probe
+			probe    *corev1.Probe
 			path     string
 			required bool
 		}{
@@ -604,9 +624,9 @@ func checkProbes(s *set) []error {
 					errs = append(errs, fmt.Errorf("%s: %s probe path %q, want %q", w, p.kind, p.probe.HTTPGet.Path, p.path))
 				}
 				if got, ok := containerPort(c, p.probe.HTTPGet.Port); !ok || got != port {
-					errs = append(errs, fmt.Errorf("%s: %s probe port %s is not the container port %s (%d)", w, p.kind, p.probe.HTTPGet.Port, portName, port))
+					errs = append(errs, fmt.Errorf("%s: %s probe port %s is not the container port %s (%d)", w, p.kind, intOrStr(p.probe.HTTPGet.Port), portName, port))
 				}
-				if sc := p.probe.HTTPGet.Scheme; sc != "" && sc != "HTTP" {
+				if sc := p.probe.HTTPGet.Scheme; sc != "" && sc != corev1.URISchemeHTTP {
 					errs = append(errs, fmt.Errorf("%s: %s probe scheme %s, the server speaks HTTP", w, p.kind, sc))
 				}
 			}
@@ -654,39 +674,58 @@ func checkConfig(s *set) []error {
 	return errs
 }
 
-// checkResources: requests and limits set; the memory limit covers the
-// budgets the pod is configured with (in-flight payload bytes + cache bytes)
-// plus headroom, the request covers the budgets, and GOMEMLIMIT (if set)
-// sits between the budgets and the limit.
+// checkResources: requests and limits set for cpu, memory and ephemeral
+// storage; the memory limit covers the budgets the pod is configured with
+// (in-flight payload bytes + cache bytes) plus headroom, the request covers
+// the budgets, and GOMEMLIMIT (if set) sits between the budgets and the
+// limit; every emptyDir is bounded and the ephemeral-storage limit covers
+// them and the logs.
 func checkResources(s *set) []error {
 	var errs []error
 	for _, w := range s.workloads {
+		var emptyDirs int64
+		for _, v := range w.tmpl.Spec.Volumes {
+			if v.EmptyDir == nil {
+				continue
+			}
+			if v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.Sign() <= 0 {
+				errs = append(errs, fmt.Errorf("%s: emptyDir %s has no sizeLimit: it could fill the node's disk", w, v.Name))
+				continue
+			}
+			emptyDirs += v.EmptyDir.SizeLimit.Value()
+		}
 		for i := range w.tmpl.Spec.Containers {
 			c := &w.tmpl.Spec.Containers[i]
-			vals := map[string]*big.Rat{}
+			vals := map[string]resource.Quantity{}
 			for _, kind := range []string{"requests", "limits"} {
 				m := c.Resources.Requests
 				if kind == "limits" {
 					m = c.Resources.Limits
 				}
-				for _, res := range []string{"cpu", "memory"} {
+				for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
 					q, ok := m[res]
 					if !ok {
 						errs = append(errs, fmt.Errorf("%s container %s: no %s.%s", w, c.Name, kind, res))
 						continue
 					}
-					v, err := q.value()
-					if err != nil || v.Sign() <= 0 {
-						errs = append(errs, fmt.Errorf("%s container %s: %s.%s %q is not a positive quantity", w, c.Name, kind, res, q))
+					if q.Sign() <= 0 {
+						errs = append(errs, fmt.Errorf("%s container %s: %s.%s %s is not positive", w, c.Name, kind, res, q.String()))
 						continue
 					}
-					vals[kind+"."+res] = v
+					vals[kind+"."+string(res)] = q
 				}
 			}
-			for _, res := range []string{"cpu", "memory"} {
-				rq, lm := vals["requests."+res], vals["limits."+res]
-				if rq != nil && lm != nil && rq.Cmp(lm) > 0 {
+			for _, res := range []string{"cpu", "memory", "ephemeral-storage"} {
+				rq, ok1 := vals["requests."+res]
+				lm, ok2 := vals["limits."+res]
+				if ok1 && ok2 && rq.Cmp(lm) > 0 {
 					errs = append(errs, fmt.Errorf("%s container %s: %s request above its limit", w, c.Name, res))
+				}
+			}
+			if lm, ok := vals["limits.ephemeral-storage"]; ok && c.Name == containerName {
+				if need := emptyDirs + logAllowance; lm.Value() < need {
+					errs = append(errs, fmt.Errorf("%s container %s: ephemeral-storage limit %s < emptyDir size limits %s + logs %s = %s: the kubelet would evict the pod",
+						w, c.Name, mib(lm.Value()), mib(emptyDirs), mib(logAllowance), mib(need)))
 				}
 			}
 			if c.Name != containerName {
@@ -696,16 +735,18 @@ func checkResources(s *set) []error {
 			for _, err := range berrs {
 				errs = append(errs, fmt.Errorf("%s: %v", w, err))
 			}
-			req, lim := vals["requests.memory"], vals["limits.memory"]
-			if inflight == nil || cache == nil || req == nil || lim == nil {
+			rq, ok1 := vals["requests.memory"]
+			lq, ok2 := vals["limits.memory"]
+			if inflight == 0 || cache == 0 || !ok1 || !ok2 {
 				continue
 			}
-			budgets := sum(inflight, cache)
-			if need := sum(budgets, headroom); lim.Cmp(need) < 0 {
+			req, lim := rq.Value(), lq.Value()
+			budgets := inflight + cache
+			if need := budgets + headroom; lim < need {
 				errs = append(errs, fmt.Errorf("%s: memory limit %s < in-flight %s + cache %s + headroom %s = %s",
 					w, mib(lim), mib(inflight), mib(cache), mib(headroom), mib(need)))
 			}
-			if req.Cmp(budgets) < 0 {
+			if req < budgets {
 				errs = append(errs, fmt.Errorf("%s: memory request %s < in-flight %s + cache %s: the scheduler would not reserve the configured budgets",
 					w, mib(req), mib(inflight), mib(cache)))
 			}
@@ -715,9 +756,9 @@ func checkResources(s *set) []error {
 				switch {
 				case err != nil:
 					errs = append(errs, fmt.Errorf("%s: GOMEMLIMIT: %v", w, err))
-				case g.Cmp(lim) >= 0:
+				case g >= lim:
 					errs = append(errs, fmt.Errorf("%s: GOMEMLIMIT %s is not below the memory limit %s", w, mib(g), mib(lim)))
-				case g.Cmp(budgets) < 0:
+				case g < budgets:
 					errs = append(errs, fmt.Errorf("%s: GOMEMLIMIT %s is below the configured budgets %s", w, mib(g), mib(budgets)))
 				}
 			}
@@ -768,7 +809,7 @@ func checkSecurity(s *set) []error {
 	for _, w := range s.workloads {
 		ps := w.tmpl.Spec.SecurityContext
 		if ps == nil {
-			ps = &podSecurityContext{}
+			ps = &corev1.PodSecurityContext{}
 		}
 		if a := w.tmpl.Spec.AutomountServiceAccountToken; a == nil || *a {
 			errs = append(errs, fmt.Errorf("%s: automountServiceAccountToken must be false (rollstore never calls the Kubernetes API)", w))
@@ -895,9 +936,9 @@ func checkWriters(s *set) []error {
 	if p := w.sts.Spec.PodManagementPolicy; p != "Parallel" {
 		errs = append(errs, fmt.Errorf("%s: podManagementPolicy %q, want Parallel (shards are independent)", w, p))
 	}
-	var gov *service
+	var gov *corev1.Service
 	for _, svc := range s.services {
-		if svc.Metadata.Name == w.sts.Spec.ServiceName {
+		if svc.Name == w.sts.Spec.ServiceName {
 			gov = svc
 		}
 	}
@@ -905,9 +946,9 @@ func checkWriters(s *set) []error {
 	case gov == nil:
 		errs = append(errs, fmt.Errorf("%s: serviceName %q is not a Service in the output", w, w.sts.Spec.ServiceName))
 	case gov.Spec.ClusterIP != "None":
-		errs = append(errs, fmt.Errorf("%s: serviceName %q is not headless (clusterIP: None)", w, gov.Metadata.Name))
-	case !(&labelSelector{MatchLabels: gov.Spec.Selector}).matches(w.tmpl.Metadata.Labels):
-		errs = append(errs, fmt.Errorf("%s: headless Service %q does not select the writer pods", w, gov.Metadata.Name))
+		errs = append(errs, fmt.Errorf("%s: serviceName %q is not headless (clusterIP: None)", w, gov.Name))
+	case !selectsMap(gov.Spec.Selector, w.tmpl.Labels):
+		errs = append(errs, fmt.Errorf("%s: headless Service %q does not select the writer pods", w, gov.Name))
 	}
 	c, err := mainContainer(w)
 	if err != nil {
@@ -919,7 +960,7 @@ func checkWriters(s *set) []error {
 	}
 	for _, cm := range s.configMaps {
 		if _, ok := cm.Data[envShard]; ok {
-			errs = append(errs, fmt.Errorf("ConfigMap/%s sets %s: every pod would claim the same shard", cm.Metadata.Name, envShard))
+			errs = append(errs, fmt.Errorf("ConfigMap/%s sets %s: every pod would claim the same shard", cm.Name, envShard))
 		}
 	}
 	return errs
@@ -959,7 +1000,7 @@ func checkMerger(s *set) []error {
 	if w.replicas == nil || *w.replicas != 1 {
 		errs = append(errs, fmt.Errorf("%s: replicas must be exactly 1 (a singleton by blob lease)", w))
 	}
-	if t := w.dep.Spec.Strategy.Type; t != "Recreate" {
+	if t := w.dep.Spec.Strategy.Type; t != appsv1.RecreateDeploymentStrategyType {
 		errs = append(errs, fmt.Errorf("%s: strategy %q, want Recreate (a rolling update overlaps two mergers)", w, t))
 	}
 	if s.hpaFor(w) != nil {
@@ -979,17 +1020,17 @@ func checkSpread(s *set) []error {
 		spec := &w.tmpl.Spec
 		ok := false
 		for _, tsc := range spec.TopologySpreadConstraints {
-			if tsc.TopologyKey == "kubernetes.io/hostname" && tsc.MaxSkew >= 1 && tsc.LabelSelector.matches(w.tmpl.Metadata.Labels) {
+			if tsc.TopologyKey == "kubernetes.io/hostname" && tsc.MaxSkew >= 1 && selects(tsc.LabelSelector, w.tmpl.Labels) {
 				ok = true
 			}
 		}
 		if spec.Affinity != nil && spec.Affinity.PodAntiAffinity != nil {
-			terms := slices.Clone(spec.Affinity.PodAntiAffinity.Required)
-			for _, p := range spec.Affinity.PodAntiAffinity.Preferred {
+			terms := slices.Clone(spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+			for _, p := range spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
 				terms = append(terms, p.PodAffinityTerm)
 			}
 			for _, t := range terms {
-				if t.TopologyKey == "kubernetes.io/hostname" && t.LabelSelector.matches(w.tmpl.Metadata.Labels) {
+				if t.TopologyKey == "kubernetes.io/hostname" && selects(t.LabelSelector, w.tmpl.Labels) {
 					ok = true
 				}
 			}
@@ -1006,24 +1047,23 @@ func checkSpread(s *set) []error {
 func checkServices(s *set) []error {
 	var errs []error
 	for _, svc := range s.services {
-		sel := &labelSelector{MatchLabels: svc.Spec.Selector}
 		var matched []*workload
 		for _, w := range s.workloads {
-			if sel.matches(w.tmpl.Metadata.Labels) {
+			if selectsMap(svc.Spec.Selector, w.tmpl.Labels) {
 				matched = append(matched, w)
 			}
 		}
 		if len(matched) != 1 {
-			errs = append(errs, fmt.Errorf("Service/%s: selector %v selects %d workloads' pods, want exactly 1", svc.Metadata.Name, svc.Spec.Selector, len(matched)))
+			errs = append(errs, fmt.Errorf("Service/%s: selector %v selects %d workloads' pods, want exactly 1", svc.Name, svc.Spec.Selector, len(matched)))
 			continue
 		}
 		w := matched[0]
-		want := map[string]string{readerName: "reader", writerName: "writer"}[svc.Metadata.Name]
+		want := map[string]string{readerName: "reader", writerName: "writer"}[svc.Name]
 		if want != "" && w.component() != want {
-			errs = append(errs, fmt.Errorf("Service/%s selects the %s pods, want the %s pods", svc.Metadata.Name, w.component(), want))
+			errs = append(errs, fmt.Errorf("Service/%s selects the %s pods, want the %s pods", svc.Name, w.component(), want))
 		}
 		if len(svc.Spec.Ports) == 0 {
-			errs = append(errs, fmt.Errorf("Service/%s: no ports", svc.Metadata.Name))
+			errs = append(errs, fmt.Errorf("Service/%s: no ports", svc.Name))
 		}
 		c, err := mainContainer(w)
 		if err != nil {
@@ -1033,10 +1073,10 @@ func checkServices(s *set) []error {
 		for _, p := range svc.Spec.Ports {
 			tp := p.TargetPort
 			if tp.String() == "" || tp.String() == "0" {
-				tp = intOrString{isInt: true, i: int64(p.Port)}
+				tp = intstr.FromInt32(p.Port)
 			}
 			if _, ok := containerPort(c, tp); !ok {
-				errs = append(errs, fmt.Errorf("Service/%s: targetPort %s is not a port of the %s pods", svc.Metadata.Name, tp, w))
+				errs = append(errs, fmt.Errorf("Service/%s: targetPort %s is not a port of the %s pods", svc.Name, intOrStr(tp), w))
 			}
 		}
 	}
@@ -1049,10 +1089,10 @@ func checkPDBs(s *set) []error {
 	var errs []error
 	covered := map[*workload]int{}
 	for _, p := range s.pdbs {
-		name := "PodDisruptionBudget/" + p.Metadata.Name
+		name := "PodDisruptionBudget/" + p.Name
 		var matched []*workload
 		for _, w := range s.workloads {
-			if p.Spec.Selector.matches(w.tmpl.Metadata.Labels) {
+			if selects(p.Spec.Selector, w.tmpl.Labels) {
 				matched = append(matched, w)
 			}
 		}
@@ -1071,10 +1111,10 @@ func checkPDBs(s *set) []error {
 		// allowed: how many pods of the smallest scale may be evicted at once.
 		var allowed int64
 		switch {
-		case minA != nil && minA.isInt:
-			allowed = n - minA.i
-		case maxU != nil && maxU.isInt:
-			allowed = maxU.i
+		case minA != nil && minA.Type == intstr.Int:
+			allowed = n - int64(minA.IntVal)
+		case maxU != nil && maxU.Type == intstr.Int:
+			allowed = int64(maxU.IntVal)
 		default:
 			errs = append(errs, fmt.Errorf("%s: use an absolute number, not a percentage", name))
 			continue
@@ -1102,7 +1142,7 @@ func checkPDBs(s *set) []error {
 func checkHPAs(s *set) []error {
 	var errs []error
 	for _, h := range s.hpas {
-		name := "HorizontalPodAutoscaler/" + h.Metadata.Name
+		name := "HorizontalPodAutoscaler/" + h.Name
 		r := h.Spec.ScaleTargetRef
 		w := s.workloadNamed(r.Kind, r.Name)
 		if w == nil || r.APIVersion != "apps/v1" {
@@ -1137,26 +1177,195 @@ func checkHPAs(s *set) []error {
 // labelled for the webhook.
 func checkIdentity(s *set) []error {
 	var errs []error
-	var sa *serviceAccount
+	var sa *corev1.ServiceAccount
 	for _, x := range s.serviceAccounts {
-		if x.Metadata.Name == serviceAccountNm {
+		if x.Name == serviceAccountNm {
 			sa = x
 		}
 	}
 	if sa == nil {
 		errs = append(errs, fmt.Errorf("ServiceAccount/%s missing", serviceAccountNm))
-	} else if id := sa.Metadata.Annotations[wiClientIDKey]; !guidRE.MatchString(id) {
+	} else if id := sa.Annotations[wiClientIDKey]; !guidRE.MatchString(id) {
 		errs = append(errs, fmt.Errorf("ServiceAccount/%s: annotation %s=%q is not a client id (GUID)", serviceAccountNm, wiClientIDKey, id))
 	}
 	for _, w := range s.workloads {
 		if n := w.tmpl.Spec.ServiceAccountName; n != serviceAccountNm {
 			errs = append(errs, fmt.Errorf("%s: serviceAccountName %q, want %q", w, n, serviceAccountNm))
 		}
-		if v := w.tmpl.Metadata.Labels[wiUseLabel]; v != "true" {
+		if v := w.tmpl.Labels[wiUseLabel]; v != "true" {
 			errs = append(errs, fmt.Errorf("%s: pod label %s=%q, want \"true\" (the webhook injects the token only then)", w, wiUseLabel, v))
 		}
 		if _, ok := w.selector.MatchLabels[wiUseLabel]; ok {
 			errs = append(errs, fmt.Errorf("%s: %s belongs in the pod labels, not the (immutable) selector", w, wiUseLabel))
+		}
+	}
+	return errs
+}
+
+// Prometheus' pod annotations, as its kubernetes_sd "pod" role reads them.
+const (
+	annScrape = "prometheus.io/scrape"
+	annPort   = "prometheus.io/port"
+	annPath   = "prometheus.io/path"
+)
+
+// metricsTarget is where the annotations send the scraper, and the setting
+// that puts a listener there.
+type metricsTarget struct {
+	port   int32
+	path   string
+	listen string // ROLLSTORE_METRICS_LISTEN as configured
+}
+
+// scrapeTarget checks a workload's scrape wiring and returns the target:
+// the annotations name the container's "metrics" port and /metrics, and
+// ROLLSTORE_METRICS_LISTEN listens on exactly that port, which is not the
+// API port (whose /metrics needs the token once auth is on).
+func (s *set) scrapeTarget(w *workload) (metricsTarget, []error) {
+	var errs []error
+	ann := w.tmpl.Annotations
+	if ann[annScrape] != "true" {
+		errs = append(errs, fmt.Errorf("%s: pod annotation %s=%q, want \"true\"", w, annScrape, ann[annScrape]))
+	}
+	t := metricsTarget{path: ann[annPath]}
+	if t.path != metricsPath {
+		errs = append(errs, fmt.Errorf("%s: pod annotation %s=%q, want %s", w, annPath, t.path, metricsPath))
+	}
+	c, err := mainContainer(w)
+	if err != nil {
+		return t, append(errs, err)
+	}
+	mp, ok := namedPort(c, metricsPortName)
+	if !ok {
+		return t, append(errs, fmt.Errorf("%s: container has no port named %q", w, metricsPortName))
+	}
+	if p, err := strconv.Atoi(ann[annPort]); err != nil || int32(p) != mp {
+		errs = append(errs, fmt.Errorf("%s: pod annotation %s=%q is not the container port %s (%d): the scraper would miss the metrics listener", w, annPort, ann[annPort], metricsPortName, mp))
+	}
+	t.port = mp
+	if hp, ok := namedPort(c, portName); ok && hp == mp {
+		errs = append(errs, fmt.Errorf("%s: the metrics port is the API port %d", w, hp))
+	}
+	e, _ := s.effectiveEnv(c)
+	listen, ok := e.vals[envMetrics]
+	if !ok {
+		return t, append(errs, fmt.Errorf("%s: %s is not set: nothing listens on the metrics port", w, envMetrics))
+	}
+	t.listen = listen
+	if _, lp, err := net.SplitHostPort(listen); err != nil || lp != strconv.Itoa(int(mp)) {
+		errs = append(errs, fmt.Errorf("%s: %s=%q does not listen on the container port %s (%d)", w, envMetrics, listen, metricsPortName, mp))
+	}
+	return t, errs
+}
+
+// checkMetrics: every pod is scraped where its metrics listener is.
+func checkMetrics(s *set) []error {
+	var errs []error
+	for _, w := range s.workloads {
+		_, e := s.scrapeTarget(w)
+		errs = append(errs, e...)
+	}
+	return errs
+}
+
+// portAllowed reports whether a NetworkPolicy port list admits the
+// container port (resolving named ports against c); an empty list admits
+// every port.
+func portAllowed(ports []networkingv1.NetworkPolicyPort, c *corev1.Container, port int32, proto corev1.Protocol) bool {
+	if len(ports) == 0 {
+		return true
+	}
+	for _, p := range ports {
+		pp := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			pp = *p.Protocol
+		}
+		if pp != proto {
+			continue
+		}
+		if p.Port == nil {
+			return true
+		}
+		n, ok := containerPort(c, *p.Port)
+		if p.Port.Type == intstr.Int {
+			n, ok = p.Port.IntVal, true
+		}
+		if ok && (n == port || (p.EndPort != nil && n <= port && port <= *p.EndPort)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkNetwork: every pod is isolated both ways by a NetworkPolicy that
+// still lets in the API and the scraper, and lets out DNS and HTTPS (Azure
+// Storage, Entra ID).
+func checkNetwork(s *set) []error {
+	var errs []error
+	for _, w := range s.workloads {
+		c, err := mainContainer(w)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var ingress, egress bool
+		var inRules []networkingv1.NetworkPolicyIngressRule
+		var outRules []networkingv1.NetworkPolicyEgressRule
+		for _, np := range s.netpols {
+			if !selects(&np.Spec.PodSelector, w.tmpl.Labels) {
+				continue
+			}
+			for _, t := range np.Spec.PolicyTypes {
+				switch t {
+				case networkingv1.PolicyTypeIngress:
+					ingress = true
+					inRules = append(inRules, np.Spec.Ingress...)
+				case networkingv1.PolicyTypeEgress:
+					egress = true
+					outRules = append(outRules, np.Spec.Egress...)
+				}
+			}
+		}
+		if !ingress || !egress {
+			errs = append(errs, fmt.Errorf("%s: no NetworkPolicy restricts its ingress and egress (ingress %v, egress %v)", w, ingress, egress))
+			continue
+		}
+		for _, name := range []string{portName, metricsPortName} {
+			port, ok := namedPort(c, name)
+			if !ok {
+				continue // checkProbes and checkMetrics report it
+			}
+			allowed := false
+			for _, r := range inRules {
+				allowed = allowed || portAllowed(r.Ports, c, port, corev1.ProtocolTCP)
+			}
+			if !allowed {
+				errs = append(errs, fmt.Errorf("%s: the NetworkPolicies let no traffic in to port %s (%d)", w, name, port))
+			}
+		}
+		for _, out := range []struct {
+			port  int32
+			proto corev1.Protocol
+			what  string
+		}{{53, corev1.ProtocolUDP, "DNS"}, {443, corev1.ProtocolTCP, "HTTPS to Azure Storage and Entra ID"}} {
+			allowed := false
+			for _, r := range outRules {
+				allowed = allowed || portAllowed(r.Ports, &corev1.Container{}, out.port, out.proto)
+			}
+			if !allowed {
+				errs = append(errs, fmt.Errorf("%s: the NetworkPolicies let no %s out (%s %d)", w, out.what, out.proto, out.port))
+			}
+		}
+	}
+	for _, np := range s.netpols {
+		n := 0
+		for _, w := range s.workloads {
+			if selects(&np.Spec.PodSelector, w.tmpl.Labels) {
+				n++
+			}
+		}
+		if n == 0 {
+			errs = append(errs, fmt.Errorf("NetworkPolicy/%s selects no rollstore pod", np.Name))
 		}
 	}
 	return errs
@@ -1172,7 +1381,7 @@ var (
 func checkAzure(s *set) []error {
 	var errs []error
 	for _, sa := range s.serviceAccounts {
-		if sa.Metadata.Name == serviceAccountNm && sa.Metadata.Annotations[wiClientIDKey] == zeroGUID {
+		if sa.Name == serviceAccountNm && sa.Annotations[wiClientIDKey] == zeroGUID {
 			errs = append(errs, fmt.Errorf("ServiceAccount/%s: the overlay did not patch %s (still the base placeholder)", serviceAccountNm, wiClientIDKey))
 		}
 	}
@@ -1251,7 +1460,7 @@ func TestOverlayPatchesBase(t *testing.T) {
 		if bc.Image != placeholderImage || oc.Image == bc.Image {
 			t.Errorf("%s: image base %q overlay %q: the overlay must replace the placeholder", bw, bc.Image, oc.Image)
 		}
-		if fmt.Sprint(bc.Resources) != fmt.Sprint(oc.Resources) {
+		if !equality.Semantic.DeepEqual(bc.Resources, oc.Resources) {
 			t.Errorf("%s: resources differ between base and overlay", bw)
 		}
 		be, _ := base.effectiveEnv(bc)
@@ -1291,7 +1500,8 @@ func TestMemoryArithmetic(t *testing.T) {
 		if mib(inflight) != "512Mi" || mib(cache) != "256Mi" || drain != 30*time.Second {
 			t.Errorf("%s: budgets in-flight %s cache %s drain %s, the README documents 512Mi, 256Mi, 30s", w, mib(inflight), mib(cache), drain)
 		}
-		if got := (struct{ req, lim string }{string(c.Resources.Requests["memory"]), string(c.Resources.Limits["memory"])}); got != want[w.name] {
+		rq, lq := c.Resources.Requests[corev1.ResourceMemory], c.Resources.Limits[corev1.ResourceMemory]
+		if got := (struct{ req, lim string }{rq.String(), lq.String()}); got != want[w.name] {
 			t.Errorf("%s: memory request/limit %v, the README documents %v", w, got, want[w.name])
 		}
 	}

@@ -83,7 +83,7 @@ var mutations = []mutation{
 
 	{name: "readers not spread", file: "base/reader.yaml", old: "topologyKey: kubernetes.io/hostname", new: "topologyKey: topology.kubernetes.io/region", want: "[spread]"},
 
-	{name: "Service targetPort", file: "base/writer.yaml", old: "targetPort: http", new: "targetPort: metrics", all: true, want: "[services]"},
+	{name: "Service targetPort", file: "base/writer.yaml", old: "targetPort: http", new: "targetPort: admin", all: true, want: "[services]"},
 	{name: "read Service selects writers", file: "base/reader.yaml",
 		old: "  selector:\n    app.kubernetes.io/name: rollstore\n    app.kubernetes.io/component: reader\n",
 		new: "  selector:\n    app.kubernetes.io/name: rollstore\n    app.kubernetes.io/component: writer\n", want: "[services]"},
@@ -105,6 +105,22 @@ var mutations = []mutation{
 	{name: "pod not labelled for workload identity", file: "base/writer.yaml", old: `azure.workload.identity/use: "true"`, new: `azure.workload.identity/use: "false"`, want: "[identity]"},
 	{name: "client id not a GUID", file: "base/serviceaccount.yaml", old: `client-id: "00000000-0000-0000-0000-000000000000"`, new: `client-id: "fill-me-in"`, dir: baseDir, want: "[identity]"},
 	{name: "default service account", file: "base/merger.yaml", old: "serviceAccountName: rollstore", new: "serviceAccountName: default", want: "[identity]"},
+
+	{name: "scrape on the API port", file: "base/reader.yaml", old: `prometheus.io/port: "9090"`, new: `prometheus.io/port: "8080"`, want: "[metrics]"},
+	{name: "metrics listener elsewhere", file: "base/rollstore.env", old: "ROLLSTORE_METRICS_LISTEN=:9090", new: "ROLLSTORE_METRICS_LISTEN=:9091", want: "[metrics]"},
+	{name: "no metrics listener", file: "base/rollstore.env", old: "ROLLSTORE_METRICS_LISTEN=:9090\n", new: "", want: "[metrics]"},
+	{name: "scrape path", file: "base/merger.yaml", old: "prometheus.io/path: /metrics", new: "prometheus.io/path: /stats", want: "[metrics]"},
+	{name: "not scraped", file: "base/writer.yaml", old: `prometheus.io/scrape: "true"`, new: `prometheus.io/scrape: "false"`, want: "[metrics]"},
+
+	{name: "no network policy", file: "base/kustomization.yaml", old: "  - networkpolicy.yaml\n", new: "", want: "[network]"},
+	{name: "ingress only", file: "base/networkpolicy.yaml", old: "    - Ingress\n    - Egress\n", new: "    - Ingress\n", want: "[network]"},
+	{name: "scraper blocked", file: "base/networkpolicy.yaml", old: "        - port: metrics\n          protocol: TCP\n", new: "", want: "[network]"},
+	{name: "DNS blocked", file: "base/networkpolicy.yaml", old: "        - port: 53\n          protocol: UDP\n", new: "", want: "[network]"},
+	{name: "policy selects nothing", file: "base/networkpolicy.yaml", old: "  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: rollstore\n", new: "  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: rollstor\n", want: "[network]"},
+
+	{name: "no ephemeral-storage limit", file: "base/merger.yaml", old: "              ephemeral-storage: 256Mi\n", new: "", want: "no limits.ephemeral-storage"},
+	{name: "emptyDir above the ephemeral limit", file: "base/writer.yaml", old: "sizeLimit: 64Mi", new: "sizeLimit: 1Gi", want: "ephemeral-storage limit"},
+	{name: "unbounded emptyDir", file: "base/reader.yaml", old: "          emptyDir:\n            sizeLimit: 64Mi\n", new: "          emptyDir: {}\n", want: "no sizeLimit"},
 
 	{name: "client id not patched", file: "overlays/azure/kustomization.yaml", old: "  - path: serviceaccount.yaml\n", new: "", want: "[azure]"},
 	{name: "local store", file: "overlays/azure/kustomization.yaml", old: "ROLLSTORE_STORE=azure", new: "ROLLSTORE_STORE=local", want: "[azure]"},

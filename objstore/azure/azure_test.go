@@ -598,10 +598,12 @@ func TestDeleteManyUsesBatches(t *testing.T) {
 		t.Errorf("%d batches and %d single deletes, want 2 and 0", batches.Load(), deletes.Load())
 	}
 	var left []string
-	b.List(ctx, "", objstore.ListOptions{}, func(e objstore.Entry) error {
+	if err := b.List(ctx, "", objstore.ListOptions{}, func(e objstore.Entry) error {
 		left = append(left, e.Key)
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err) // else an empty listing would pass
+	}
 	if len(left) != 0 {
 		t.Errorf("%d keys left after DeleteMany, e.g. %q", len(left), left[0])
 	}

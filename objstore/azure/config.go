@@ -128,6 +128,17 @@ type RetryConfig struct {
 	MaxElapsed time.Duration
 }
 
+// Validate reports whether New would accept c, without contacting the
+// service, so a command can refuse a bad configuration before it starts
+// anything.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// ValidateContainerName applies the service's container naming rules.
+func ValidateContainerName(name string) error { return validateContainerName(name) }
+
 // withDefaults validates c and fills in its zero fields.
 func (c Config) withDefaults() (Config, error) {
 	if err := validateContainerName(c.Container); err != nil {

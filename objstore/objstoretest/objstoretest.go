@@ -159,7 +159,7 @@ func readAll(t *testing.T, rc io.ReadCloser) []byte {
 	t.Helper()
 	data, err := io.ReadAll(rc)
 	if cerr := rc.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("Close: %w", cerr)
+		err = fmt.Errorf("close: %w", cerr)
 	}
 	if err != nil {
 		t.Fatalf("reading body: %v", err)

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -44,4 +47,36 @@ func TestNewRejectsEmptyToken(t *testing.T) {
 	if _, err := New(nil, Config{AuthTokens: []string{""}}); err == nil {
 		t.Fatal("an empty token would let an empty bearer in")
 	}
+}
+
+// TestMetricsListenerNeedsNoToken: with auth on, the metrics-only handler
+// answers the scrape without a token and serves nothing else, while the
+// API's /metrics still needs one.
+func TestMetricsListenerNeedsNoToken(t *testing.T) {
+	e := newEnv(t, func(o *envOptions) { o.server.AuthTokens = []string{"s3cret"} })
+	ms := httptest.NewServer(e.srv.MetricsHandler())
+	t.Cleanup(ms.Close)
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := ms.Client().Get(ms.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	status, body := get("/metrics")
+	if status != http.StatusOK || !strings.Contains(body, "rollstore_build_info{") || !strings.Contains(body, "rollstore_reads_total") {
+		t.Fatalf("metrics listener: %d\n%.300s", status, body)
+	}
+	for _, p := range []string{"/v1/tables", "/healthz", "/"} {
+		if status, body := get(p); status != http.StatusNotFound || !strings.Contains(body, codeRouteNotFound) {
+			t.Errorf("metrics listener %s: %d %s, want 404 %s", p, status, body, codeRouteNotFound)
+		}
+	}
+	want(t, e.do("GET", "/metrics", nil), http.StatusUnauthorized, codeUnauthorized)
 }

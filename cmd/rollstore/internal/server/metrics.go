@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollstore/rollstore/cache"
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/internal/version"
 )
 
 // metrics live in a registry of their own, so two Servers in one process
@@ -75,8 +76,16 @@ func newMetrics(db *engine.DB) *metrics {
 			Help: "Rows in WAL generations not yet merged, per table, as of the last merger pass.",
 		}, []string{"table"}),
 	}
+	// The build as a constant 1 with labels, the Prometheus convention for
+	// joining a version onto other series.
+	bi := version.Get()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rollstore_build_info",
+		Help: "Always 1; the labels name the running build.",
+	}, []string{"version", "revision", "goversion"})
+	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
 	m.reg.MustRegister(m.requests, m.inflight, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
-		m.pendingGens, m.pendingRows, engineCollector{db},
+		m.pendingGens, m.pendingRows, buildInfo, engineCollector{db},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

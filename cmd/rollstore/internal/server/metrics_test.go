@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollstore/rollstore/internal/version"
 )
 
 func metricValue(t *testing.T, body, series string) string {
@@ -78,6 +80,10 @@ func TestMetrics(t *testing.T) {
 	metricValue(t, body, `rollstore_cache_hit_ratio{cache="batches"}`)
 	metricValue(t, body, `rollstore_payload_bytes_in_flight`)
 	metricValue(t, body, `go_goroutines`)
+	bi := version.Get()
+	if v := metricValue(t, body, `rollstore_build_info{goversion="`+bi.GoVersion+`",revision="`+bi.Revision+`",version="`+bi.Version+`"}`); v != "1" {
+		t.Errorf("build info %s, want 1", v)
+	}
 }
 
 func TestMergerPassAndPendingGauge(t *testing.T) {

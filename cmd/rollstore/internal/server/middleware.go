@@ -22,11 +22,16 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 // id, drain, auth, the concurrency limit, logs and metrics. The pattern is
 // also the route label of metrics, so labels are templates, not raw paths.
 func (s *Server) handle(pattern string, h handlerFunc, opts int) {
+	s.handleOn(s.mux, pattern, h, opts)
+}
+
+// handleOn is handle on another mux (the metrics listener's).
+func (s *Server) handleOn(mux *http.ServeMux, pattern string, h handlerFunc, opts int) {
 	route := pattern
 	if _, path, ok := strings.Cut(pattern, " "); ok {
 		route = path
 	}
-	s.mux.Handle(pattern, s.wrap(route, h, opts))
+	mux.Handle(pattern, s.wrap(route, h, opts))
 }
 
 // wrap is h with the common request handling, route its metrics label.

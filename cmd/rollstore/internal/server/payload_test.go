@@ -171,7 +171,9 @@ func TestMissingFileIsA500(t *testing.T) {
 	var lost int
 	for _, k := range store.Keys() {
 		if strings.Contains(k, "/base/data/") && strings.HasSuffix(k, ".arrow") {
-			store.Delete(context.Background(), k)
+			if err := store.Delete(context.Background(), k); err != nil {
+				t.Fatal(err)
+			}
 			lost++
 		}
 	}

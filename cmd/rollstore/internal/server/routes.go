@@ -42,6 +42,16 @@ func (s *Server) routes() {
 	// auth like any API route, so probing reveals nothing without a token.
 	s.handle("/", s.noRoute, 0)
 	s.redirect = s.wrap("/", s.cleanPathRedirect, 0)
+
+	// The metrics listener serves only the metrics, to anyone who reaches
+	// it: that port is meant for the cluster's scraper (deploy/k8s), which
+	// then needs no API token.
+	s.handleOn(s.metricsMux, "GET /metrics", s.serveMetrics, public|internal)
+	s.handleOn(s.metricsMux, "/", s.noMetricsRoute, public|internal)
+}
+
+func (s *Server) noMetricsRoute(w http.ResponseWriter, r *http.Request) error {
+	return newError(http.StatusNotFound, codeRouteNotFound, "the metrics listener serves only GET /metrics, not %s %s", r.Method, r.URL.EscapedPath())
 }
 
 // ServeHTTP sends a path that is not in canonical form (with ".", ".."

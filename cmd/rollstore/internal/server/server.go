@@ -23,8 +23,11 @@ type Server struct {
 	mux *http.ServeMux
 	// redirect answers paths that are not in canonical form.
 	redirect http.Handler
-	metrics  *metrics
-	tokens   [][sha256.Size]byte
+	// metricsMux is the handler of the separate, unauthenticated metrics
+	// listener (MetricsHandler).
+	metricsMux *http.ServeMux
+	metrics    *metrics
+	tokens     [][sha256.Size]byte
 	// sem holds one token per API request being served, uploads one per
 	// upload among them.
 	sem, uploads chan struct{}
@@ -48,12 +51,13 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 		cfg.MaxBatchRows = rows
 	}
 	s := &Server{
-		db:      db,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		mux:     http.NewServeMux(),
-		sem:     make(chan struct{}, cfg.MaxConcurrentRequests),
-		uploads: make(chan struct{}, cfg.MaxConcurrentUploads),
+		db:         db,
+		cfg:        cfg,
+		log:        cfg.Logger,
+		mux:        http.NewServeMux(),
+		metricsMux: http.NewServeMux(),
+		sem:        make(chan struct{}, cfg.MaxConcurrentRequests),
+		uploads:    make(chan struct{}, cfg.MaxConcurrentUploads),
 	}
 	for _, t := range cfg.AuthTokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
@@ -65,6 +69,12 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 
 // Handler returns the HTTP handler of the API.
 func (s *Server) Handler() http.Handler { return s }
+
+// MetricsHandler returns the handler of a metrics-only listener: GET
+// /metrics without a token even when AuthTokens are set, 404 for anything
+// else. Serve it on a port that only the scraper can reach; the API's own
+// /metrics keeps requiring the token.
+func (s *Server) MetricsHandler() http.Handler { return s.metricsMux }
 
 // StartDrain makes readiness fail and every later API request be refused
 // with 503 "draining", while requests already running finish. Serve calls
