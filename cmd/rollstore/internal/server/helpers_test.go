@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollstore/rollstore/api/openapitest"
 	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
@@ -49,6 +50,9 @@ type testEnv struct {
 	srv   *Server
 	ts    *httptest.Server
 	hooks *hook.Set
+	// api checks every request and response of ts.Client() against
+	// api/openapi.yaml.
+	api *openapitest.Validator
 }
 
 // newEnv serves the real handler over real HTTP on the memory backend
@@ -73,12 +77,26 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *testEnv {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv.Handler())
+	api := checkOpenAPI(t, ts)
 	t.Cleanup(func() {
 		hs.Reset()
 		ts.Close()
 		_ = db.Close(context.Background())
 	})
-	return &testEnv{t: t, store: o.store, db: db, srv: srv, ts: ts, hooks: hs}
+	return &testEnv{t: t, store: o.store, db: db, srv: srv, ts: ts, hooks: hs, api: api}
+}
+
+// checkOpenAPI makes ts.Client() validate its traffic against the OpenAPI
+// file, failing t on any drift.
+func checkOpenAPI(t *testing.T, ts *httptest.Server) *openapitest.Validator {
+	t.Helper()
+	v, err := openapitest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ts.Client()
+	c.Transport = v.Transport(c.Transport, func(err error) { t.Error(err) })
+	return v
 }
 
 func withLocalStore(t *testing.T) func(*envOptions) {
