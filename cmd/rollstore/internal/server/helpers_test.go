@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/api/openapitest"
+	"github.com/rollstore/rollstore/client"
 	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
@@ -53,6 +54,8 @@ type testEnv struct {
 	// api checks every request and response of ts.Client() against
 	// api/openapi.yaml.
 	api *openapitest.Validator
+	// client is the Go client over ts.Client(), checked likewise.
+	client *client.Client
 }
 
 // newEnv serves the real handler over real HTTP on the memory backend
@@ -78,12 +81,16 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *testEnv {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	api := checkOpenAPI(t, ts)
+	c, err := client.New(ts.URL, client.WithHTTPClient(ts.Client()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		hs.Reset()
 		ts.Close()
 		_ = db.Close(context.Background())
 	})
-	return &testEnv{t: t, store: o.store, db: db, srv: srv, ts: ts, hooks: hs, api: api}
+	return &testEnv{t: t, store: o.store, db: db, srv: srv, ts: ts, hooks: hs, api: api, client: c}
 }
 
 // checkOpenAPI makes ts.Client() validate its traffic against the OpenAPI
@@ -168,8 +175,8 @@ func (e *testEnv) send(req *http.Request) response {
 
 func (e *testEnv) createTable(name string) {
 	e.t.Helper()
-	if r := e.do("PUT", "/v1/tables/"+name, nil); r.status != http.StatusCreated {
-		e.t.Fatalf("create table %s: %d %s", name, r.status, r.body)
+	if err := e.client.CreateTable(context.Background(), name); err != nil {
+		e.t.Fatalf("create table %s: %v", name, err)
 	}
 }
 
@@ -186,19 +193,18 @@ func (e *testEnv) put(table, id, record string, payload []byte, hdr ...string) r
 
 func (e *testEnv) mustPut(table, id string, payload []byte) {
 	e.t.Helper()
-	if r := e.put(table, id, `{"rollout_id":"r-`+id+`"}`, payload); r.status != http.StatusCreated {
-		e.t.Fatalf("put %s: %d %s", id, r.status, r.body)
+	res, err := e.client.Put(context.Background(), table, id, client.Fields{RolloutID: "r-" + id, ContentType: "application/octet-stream"}, bytes.NewReader(payload))
+	if err != nil || !res.Created {
+		e.t.Fatalf("put %s: %+v %v", id, res, err)
 	}
 }
 
-func (e *testEnv) merge(table string) engine.MergeResult {
+func (e *testEnv) merge(table string) client.MergeResult {
 	e.t.Helper()
-	r := e.do("POST", "/v1/tables/"+table+"/merge", nil)
-	if r.status != http.StatusOK {
-		e.t.Fatalf("merge: %d %s", r.status, r.body)
+	res, err := e.client.Merge(context.Background(), table)
+	if err != nil {
+		e.t.Fatalf("merge: %v", err)
 	}
-	var res engine.MergeResult
-	r.decode(e.t, &res)
 	return res
 }
 
