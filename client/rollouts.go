@@ -253,6 +253,7 @@ type PayloadInfo struct {
 	ContentType  string
 	ETag         string // quoted SHA-256, for IfNoneMatch
 	LastModified time.Time
+	RequestID    string // the id the server logged the request under
 }
 
 // PayloadReader streams a payload's bytes from the server. Read it to the
@@ -315,7 +316,7 @@ func (c *Client) payloadRequest(ctx context.Context, method, table, id string, o
 
 func payloadInfo(resp *http.Response) (PayloadInfo, error) {
 	h := resp.Header
-	info := PayloadInfo{ContentType: h.Get("Content-Type"), ETag: h.Get("ETag"), Length: resp.ContentLength}
+	info := PayloadInfo{ContentType: h.Get("Content-Type"), ETag: h.Get("ETag"), Length: resp.ContentLength, RequestID: h.Get("X-Request-Id")}
 	if t, err := http.ParseTime(h.Get("Last-Modified")); err == nil {
 		info.LastModified = t
 	}
