@@ -3,8 +3,9 @@
 //
 // It covers every route: tables (create, list, status, drop, versions,
 // merge), rollouts (put one with a streamed payload, put a batch, get,
-// list with paging, read a payload whole or by byte range, streamed), the
-// Arrow scan, and the health, readiness and metrics endpoints.
+// list with paging, read a payload whole or by byte range, streamed, or
+// only its headers with StatPayload), the Arrow scan, and the health,
+// readiness and metrics endpoints.
 //
 //	c, err := client.New("http://127.0.0.1:8080", client.WithToken(token))
 //	res, err := c.Put(ctx, "demo", "run-1/step-0", client.Fields{RolloutID: "run-1"}, strings.NewReader("hello"))
