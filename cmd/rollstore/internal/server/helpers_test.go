@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollstore/rollstore/api/openapitest"
+	"github.com/rollstore/rollstore/client"
 	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
@@ -50,6 +52,11 @@ type testEnv struct {
 	srv   *Server
 	ts    *httptest.Server
 	hooks *hook.Set
+	// api checks every request and response of ts.Client() against
+	// api/openapi.yaml.
+	api *openapitest.Validator
+	// client is the Go client over ts.Client(), checked likewise.
+	client *client.Client
 }
 
 // newEnv serves the real handler over real HTTP on the memory backend
@@ -75,12 +82,30 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *testEnv {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv.Handler())
+	api := checkOpenAPI(t, ts)
+	c, err := client.New(ts.URL, client.WithHTTPClient(ts.Client()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		hs.Reset()
 		ts.Close()
 		_ = db.Close(context.Background())
 	})
-	return &testEnv{t: t, store: o.store, db: db, srv: srv, ts: ts, hooks: hs}
+	return &testEnv{t: t, store: o.store, db: db, srv: srv, ts: ts, hooks: hs, api: api, client: c}
+}
+
+// checkOpenAPI makes ts.Client() validate its traffic against the OpenAPI
+// file, failing t on any drift.
+func checkOpenAPI(t *testing.T, ts *httptest.Server) *openapitest.Validator {
+	t.Helper()
+	v, err := openapitest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ts.Client()
+	c.Transport = v.Transport(c.Transport, func(err error) { t.Error(err) })
+	return v
 }
 
 func withLocalStore(t *testing.T) func(*envOptions) {
@@ -177,8 +202,8 @@ func (e *testEnv) send(req *http.Request) response {
 
 func (e *testEnv) createTable(name string) {
 	e.t.Helper()
-	if r := e.do("PUT", "/v1/tables/"+name, nil); r.status != http.StatusCreated {
-		e.t.Fatalf("create table %s: %d %s", name, r.status, r.body)
+	if err := e.client.CreateTable(context.Background(), name); err != nil {
+		e.t.Fatalf("create table %s: %v", name, err)
 	}
 }
 
@@ -200,19 +225,18 @@ func (e *testEnv) put(table, id, record string, payload []byte, hdr ...string) r
 
 func (e *testEnv) mustPut(table, id string, payload []byte) {
 	e.t.Helper()
-	if r := e.put(table, id, `{"rollout_id":"r-`+id+`"}`, payload); r.status != http.StatusCreated {
-		e.t.Fatalf("put %s: %d %s", id, r.status, r.body)
+	res, err := e.client.Put(context.Background(), table, id, client.Fields{RolloutID: "r-" + id, ContentType: "application/octet-stream"}, bytes.NewReader(payload))
+	if err != nil || !res.Created {
+		e.t.Fatalf("put %s: %+v %v", id, res, err)
 	}
 }
 
-func (e *testEnv) merge(table string) engine.MergeResult {
+func (e *testEnv) merge(table string) client.MergeResult {
 	e.t.Helper()
-	r := e.do("POST", "/v1/tables/"+table+"/merge", nil)
-	if r.status != http.StatusOK {
-		e.t.Fatalf("merge: %d %s", r.status, r.body)
+	res, err := e.client.Merge(context.Background(), table)
+	if err != nil {
+		e.t.Fatalf("merge: %v", err)
 	}
-	var res engine.MergeResult
-	r.decode(e.t, &res)
 	return res
 }
 

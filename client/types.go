@@ -1,0 +1,174 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Fields are the record fields a writer sets. RolloutID is required; the
+// others are optional. The server adds the id (from the call), the payload
+// size and SHA-256, and CreatedAt if it is zero.
+type Fields struct {
+	RolloutID     string
+	ProblemID     string
+	Sequence      int64
+	Role          string
+	Reward        *float64
+	PolicyVersion string
+	// Metadata is any value encoding/json can encode (a map, a struct, a
+	// json.RawMessage), at most 64 KiB as JSON; nil for none.
+	Metadata  any
+	CreatedAt time.Time
+	// ContentType is the payload's media type, served back with it.
+	ContentType string
+}
+
+// recordFields is Fields as the Rollstore-Record header and NDJSON batch
+// lines carry them.
+type recordFields struct {
+	RolloutID     string     `json:"rollout_id"`
+	ProblemID     string     `json:"problem_id,omitempty"`
+	Sequence      int64      `json:"sequence,omitempty"`
+	Role          string     `json:"role,omitempty"`
+	Reward        *float64   `json:"reward,omitempty"`
+	PolicyVersion string     `json:"policy_version,omitempty"`
+	Metadata      any        `json:"metadata,omitempty"`
+	CreatedAt     *time.Time `json:"created_at,omitempty"`
+}
+
+func (f Fields) wire() recordFields {
+	w := recordFields{RolloutID: f.RolloutID, ProblemID: f.ProblemID, Sequence: f.Sequence, Role: f.Role,
+		Reward: f.Reward, PolicyVersion: f.PolicyVersion, Metadata: f.Metadata}
+	if !f.CreatedAt.IsZero() {
+		t := f.CreatedAt
+		w.CreatedAt = &t
+	}
+	return w
+}
+
+// Record is a stored record's metadata.
+type Record struct {
+	ID            string          `json:"id"`
+	RolloutID     string          `json:"rollout_id"`
+	ProblemID     string          `json:"problem_id,omitempty"`
+	Sequence      int64           `json:"sequence"`
+	Role          string          `json:"role,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	ContentType   string          `json:"content_type,omitempty"`
+	Reward        *float64        `json:"reward,omitempty"`
+	PolicyVersion string          `json:"policy_version,omitempty"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	PayloadSize   int64           `json:"payload_size"`
+	// PayloadSHA256 is the payload's SHA-256 in hex; the payload's ETag is
+	// it, quoted.
+	PayloadSHA256 string `json:"payload_sha256"`
+}
+
+// PutResult is the answer to a Put.
+type PutResult struct {
+	Record
+	// Created is false for an identical retry of a stored record (200):
+	// nothing new was written.
+	Created bool
+}
+
+// BatchItem is one record of a batch, its payload in memory.
+type BatchItem struct {
+	ID string
+	Fields
+	Payload []byte
+}
+
+// BatchResult is the answer to a batch.
+type BatchResult struct {
+	Created  int           `json:"created"`
+	Existing int           `json:"existing"` // identical retries
+	Records  []BatchRecord `json:"records"`  // in batch order
+}
+
+// BatchRecord reports one item of a stored batch.
+type BatchRecord struct {
+	ID            string `json:"id"`
+	Created       bool   `json:"created"`
+	PayloadSize   int64  `json:"payload_size"`
+	PayloadSHA256 string `json:"payload_sha256"`
+}
+
+// ListOptions filter and page a listing. Zero values mean no filter, the
+// server's default page size (100; at most 1000), the first page, and the
+// latest view.
+type ListOptions struct {
+	RolloutID     string
+	ProblemID     string
+	PolicyVersion string
+	Limit         int
+	PageToken     string
+	Version       uint64
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Records []Record `json:"records"`
+	// NextPageToken asks for the next page; empty on the last.
+	NextPageToken string `json:"next_page_token,omitempty"`
+}
+
+// ScanOptions choose what a scan streams.
+type ScanOptions struct {
+	Version  uint64 // 0: the latest view
+	Payloads bool   // include the payload column's bytes
+}
+
+// TableStatus describes a table's latest view.
+type TableStatus struct {
+	Name         string            `json:"name"`
+	Version      uint64            `json:"version"` // newest base version, 0 before the first merge
+	Rows         int64             `json:"rows"`    // in the base
+	PayloadBytes int64             `json:"payload_bytes"`
+	DataFiles    int               `json:"data_files"`
+	Duplicates   int64             `json:"duplicates"`
+	Watermarks   map[string]uint64 `json:"watermarks"`
+	Pending      []PendingGen      `json:"pending"`
+	PendingRows  int64             `json:"pending_rows"`
+	Overloaded   string            `json:"overloaded,omitempty"`
+}
+
+// PendingGen is a WAL generation not yet merged.
+type PendingGen struct {
+	Shard      string `json:"shard"`
+	Generation uint64 `json:"generation"`
+	Sealed     bool   `json:"sealed"`
+	Segments   int    `json:"segments"`
+	Rows       int64  `json:"rows"`
+}
+
+// GenRef names a generation.
+type GenRef struct {
+	Shard      string `json:"shard"`
+	Generation uint64 `json:"generation"`
+}
+
+// MergeResult reports a merge pass.
+type MergeResult struct {
+	Version           uint64        `json:"version"` // committed; 0 when nothing was merged
+	Merged            []GenRef      `json:"merged"`
+	Rows              int64         `json:"rows"`
+	Duplicates        int64         `json:"duplicates"`
+	CompactedFiles    int           `json:"compacted_files"`
+	Conflicts         int           `json:"conflicts"`
+	Reclaimed         []GenRef      `json:"reclaimed"`
+	Leftover          bool          `json:"leftover"`
+	VersionsCollected int           `json:"versions_collected"`
+	FilesCollected    int           `json:"files_collected"`
+	Duration          time.Duration `json:"duration_ns"`
+}
+
+// VersionInfo summarises a retained base version.
+type VersionInfo struct {
+	Version      uint64    `json:"version"`
+	Parent       uint64    `json:"parent"`
+	CreatedAt    time.Time `json:"created_at"`
+	Rows         int64     `json:"rows"`
+	PayloadBytes int64     `json:"payload_bytes"`
+	DataFiles    int       `json:"data_files"`
+}
