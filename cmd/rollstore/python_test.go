@@ -56,7 +56,7 @@ func TestPythonClient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv := startServe(t, bin, "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "data"),
+	srv := startServeBinary(t, bin, "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "data"),
 		"--auth-token-file", tokens, "--max-concurrent-requests", strconv.Itoa(pythonMaxConcurrent),
 		"--retain-versions", "1", "--retain-age", "0s", "--merge-interval", "0",
 		"--log-format", "json", "--log-level", "info")
@@ -213,9 +213,9 @@ type serveProcess struct {
 	logs   bytes.Buffer
 }
 
-// startServe starts bin serve with args and waits for its "serving" log
+// startServeBinary starts bin serve with args and waits for its "serving" log
 // line, which names the address it listens on.
-func startServe(t *testing.T, bin string, args ...string) *serveProcess {
+func startServeBinary(t *testing.T, bin string, args ...string) *serveProcess {
 	t.Helper()
 	p := &serveProcess{cmd: exec.Command(bin, append([]string{"serve"}, args...)...), exited: make(chan struct{})}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")} // no stray ROLLSTORE_* settings
