@@ -46,6 +46,11 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 		return AppendResult{}, fmt.Errorf("%w: %d bytes exceeds %d", ErrTooLarge, size, cfg.MaxPayload)
 	}
 	w, err := t.shardWriter(ctx)
+	if err == nil && t.fresh() == nil {
+		// Learn of a drop elsewhere before the body is read, while the
+		// append can still move to the table's new incarnation.
+		_, err = t.refreshed(ctx, t.refresh.ticket(), false)
+	}
 	nt, err := t.successor(ctx, err)
 	if nt != nil {
 		return nt.Append(ctx, rec, r, size) // nothing of the body was read yet

@@ -288,6 +288,9 @@ func (t *Table) scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := t.db.point(ctx, "scan:snapshot"); err != nil {
+		return err
+	}
 	sw := rowfile.NewStreamWriter(w, opts.WithPayloads)
 	var buf []rowfile.Record
 	var bufBytes int64

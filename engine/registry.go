@@ -105,7 +105,10 @@ func updateRegistry(ctx context.Context, db *DB, inc layout.Inc, fn func(r *regi
 			r.etag = attrs.ETag
 			return r, nil
 		}
-		if !errors.Is(err, objstore.ErrPrecondition) && !errors.Is(err, objstore.ErrNotFound) {
+		// A lost condition means someone else changed it; a transient
+		// failure may or may not have landed. Either way fn is applied
+		// again to what is there now.
+		if !errors.Is(err, objstore.ErrPrecondition) && !errors.Is(err, objstore.ErrNotFound) && (!retryable(err) || attempt >= 5) {
 			return nil, err
 		}
 		if attempt == 50 {

@@ -1,0 +1,556 @@
+package engine
+
+// Deterministic regressions for the ten interleavings an adversarial review
+// found on the earlier engine (issue "Acknowledged means forever"), and for
+// the races the probe-based discovery adds (issue "Every lookup in one round
+// trip"). Each forces its interleaving with pause points; none depends on
+// timing.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/faulty"
+	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore/objstoretest"
+)
+
+// await runs fn on its own goroutine and returns its error on a channel.
+func await(fn func() error) chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- fn() }()
+	return ch
+}
+
+func mustWait(t *testing.T, g *faulty.Gate) {
+	t.Helper()
+	if err := g.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// 1. A zombie's segment put lands after its generation was sealed by the
+// new owner, merged and reclaimed: the key is free again, so the put
+// succeeds, but no head ever counts it. The zombie must not acknowledge,
+// and the row must never be visible.
+func TestInterleaving01ZombieSegmentIntoReclaimedGeneration(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := newEnv(t, fb, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	late := await(func() error { return appendID(a.tb, "a2") })
+	mustWait(t, inFlight)
+	clk.Advance(16 * time.Second) // a's lease expired
+	b := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(b.tb, "b1"); err != nil { // takes the shard: seals a's generation as {a1}
+		t.Fatal(err)
+	}
+	res := b.merge() // merges and (grace 0) reclaims that generation
+	if len(res.Reclaimed) == 0 {
+		t.Fatalf("nothing reclaimed: %+v", res)
+	}
+	inFlight.Release() // the zombie's put lands in the reclaimed generation
+	if err := <-late; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie's late append: %v, want ErrFenced", err)
+	}
+	b.merge()
+	checkAll(t, b.tb, map[string]int{"a1": 100, "b1": 100})
+	checkAll(t, newEnv(t, mem, leaseConfig("", clk)).tb, map[string]int{"a1": 100, "b1": 100})
+}
+
+// 2. A drop by another process must not leave this process's writer
+// holding the shard: the re-created table takes writes at once from any
+// process, and this process's next write reaches the new table.
+func TestInterleaving02RemoteDropDoesNotLeakTheWriter(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	p1 := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(p1.tb, "x"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p2 := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := p2.db.DropTable(ctx, "t"); err != nil {
+		t.Fatalf("drop while another process writes: %v", err)
+	}
+	if err := p2.db.CreateTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// The shard is free in the new incarnation: p2 writes to it at once.
+	tb2, err := p2.db.Table(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendID(tb2, "y"); err != nil {
+		t.Fatalf("write to the re-created table: %v", err)
+	}
+	if err := tb2.Flush(ctx); err != nil { // gives the shard back
+		t.Fatal(err)
+	}
+	if err := p2.db.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// p1's old handle notices the drop and writes to the new table.
+	clk.Advance(2 * time.Second)
+	if err := appendID(p1.tb, "z"); err != nil {
+		t.Fatalf("the old writer's process after the drop: %v", err)
+	}
+	r := newEnv(t, mem, leaseConfig("", clk))
+	checkAll(t, r.tb, map[string]int{"y": 100, "z": 100})
+}
+
+// 3. A pinned read in one process of a version another process collected
+// answers 410, not the rows it cached.
+func TestInterleaving03PinnedReadOfVersionCollectedElsewhere(t *testing.T) {
+	store := memory.New()
+	w := newEnv(t, store, testConfig("s0"))
+	walRow(t, w, "x", 10)
+	if v := w.merge().Version; v != 1 {
+		t.Fatalf("version %d", v)
+	}
+	r := newEnv(t, store, testConfig(""))
+	ctx := context.Background()
+	if _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.tb.Get(ctx, "absent", ReadOptions{Version: 1}); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // RetainVersions 2: version 1 is collected
+		walRow(t, w, fmt.Sprintf("y%d", i), 10)
+		w.merge()
+	}
+	if _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1}); !errors.Is(err, ErrVersionGone) {
+		t.Fatalf("pinned hit of a collected version: %v", err)
+	}
+	if _, err := r.tb.Get(ctx, "absent", ReadOptions{Version: 1}); !errors.Is(err, ErrVersionGone) {
+		t.Fatalf("pinned miss of a collected version: %v", err)
+	}
+}
+
+// 4. A scan with payloads whose snapshot lists a generation that another
+// process merges and reclaims while the scan runs (with the row's batch
+// cached) reads the row and its payload from the base.
+func TestInterleaving04ScanWithPayloadsAcrossReclaim(t *testing.T) {
+	store := memory.New()
+	cfg := testConfig("s0")
+	cfg.ResidentMaxAge = time.Hour
+	e := newEnv(t, store, cfg)
+	walRow(t, e, "x", 1000)
+	walRow(t, e, "z", 20<<10)                                                     // external
+	if _, err := e.tb.Get(context.Background(), "x", ReadOptions{}); err != nil { // caches x's batch
+		t.Fatal(err)
+	}
+	gate := e.hooks.Pause("scan:snapshot")
+	var buf bytes.Buffer
+	done := await(func() error { return e.tb.Scan(context.Background(), &buf, ScanOptions{WithPayloads: true}) })
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	mergeOther(t, store)
+	gate.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("scan across a reclaim: %v", err)
+	}
+	rows := readScanRows(t, buf.Bytes())
+	if !bytes.Equal(rows["x"], payloadFor("x", 1000)) || !bytes.Equal(rows["z"], payloadFor("z", 20<<10)) {
+		t.Fatalf("scanned payloads wrong: %d rows", len(rows))
+	}
+}
+
+// 5. A payload body that opens and then fails with not-found on every read
+// ends in ErrMissingFile after the bounded retries, never a loop.
+func TestInterleaving05PayloadRetryIsBounded(t *testing.T) {
+	fb := faulty.New(memory.New())
+	e := newEnv(t, fb, testConfig("s0"))
+	e.put("x", 20<<10) // external
+	fb.FailRead(faulty.OpGetRange, faulty.KeyContains("/payloads/"), 100, objstore.ErrNotFound, faulty.Always())
+	before := fb.Calls(faulty.OpGetRange)
+	p, err := e.tb.OpenPayload(context.Background(), "x", 0, -1, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = io.ReadAll(p)
+	if !errors.Is(err, ErrMissingFile) {
+		t.Fatalf("a body that keeps failing: %v, want ErrMissingFile", err)
+	}
+	if opens := fb.Calls(faulty.OpGetRange) - before; opens > maxRetries+1 {
+		t.Fatalf("%d ranged reads, want at most %d", opens, maxRetries+1)
+	}
+}
+
+// 6. A zombie's segment lands while the new owner is taking the shard: the
+// row is visible exactly when a head swap counted it. Here the zombie's
+// swap loses to the new owner's seal: the zombie is refused, the row is
+// never visible (so no identical retry is answered from it), and a retry
+// elsewhere writes it anew.
+func TestInterleaving06SegmentLandsWhileTheShardIsTaken(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := newEnv(t, fb, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	landed := a.hooks.Pause("write:after-segment") // a2's segment is in the store, uncounted
+	late := await(func() error { return appendID(a.tb, "a2") })
+	if err := landed.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(16 * time.Second)
+	b := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(b.tb, "b1"); err != nil { // seals a's generation at one segment
+		t.Fatal(err)
+	}
+	reader := newEnv(t, mem, leaseConfig("", clk))
+	if _, err := reader.tb.Get(context.Background(), "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an uncounted segment's row is visible: %v", err)
+	}
+	other := newEnv(t, mem, leaseConfig("s1", clk))
+	res, err := other.tb.Append(context.Background(), Record{ID: "a2", RolloutID: "r"}, bytes.NewReader(payloadFor("a2", 100)), 100)
+	if err != nil || !res.Created {
+		t.Fatalf("retry on another shard: %+v %v", res, err)
+	}
+	landed.Release()
+	if err := <-late; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie's append: %v, want ErrFenced", err)
+	}
+	_ = other.tb.Flush(context.Background())
+	b.merge()
+	checkAll(t, reader.tb, map[string]int{"a1": 100, "a2": 100, "b1": 100})
+}
+
+// 7. A merge paused across a drop and a re-create commits into the dead
+// incarnation's key space; it cannot touch the new table's versions or
+// generations.
+func TestInterleaving07MergeAcrossDropAndRecreate(t *testing.T) {
+	store := memory.New()
+	old := newEnv(t, store, testConfig("s0"))
+	walRow(t, old, "old", 10)
+	gate := old.hooks.Pause("merge:after-data")
+	merged := await(func() error { _, err := old.tb.Merge(context.Background(), MergeOptions{}); return err })
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admin := newEnv(t, store, testConfig(""))
+	if err := admin.db.DropTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.db.CreateTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	w := newEnv(t, store, testConfig("s1"))
+	walRow(t, w, "new1", 10)
+	walRow(t, w, "new2", 20<<10)
+	gate.Release()
+	_ = <-merged // its commit lands in the dead incarnation, or it notices the drop
+	w.merge()
+	checkAll(t, w.tb, map[string]int{"new1": 10, "new2": 20 << 10})
+	checkAll(t, newEnv(t, store, testConfig("")).tb, map[string]int{"new1": 10, "new2": 20 << 10})
+}
+
+// 8. The new owner never shares the zombie's generation: it seals the
+// zombie's generation and claims the next, so a segment of each lands in
+// its own generation and each writer's answer follows its own head swap.
+func TestInterleaving08NewOwnerTakesTheNextGeneration(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fa := faulty.New(mem)
+	a := newEnv(t, fa, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	aPut := fa.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	aLate := await(func() error { return appendID(a.tb, "a2") })
+	mustWait(t, aPut)
+	clk.Advance(16 * time.Second)
+	fb := faulty.New(mem)
+	b := newEnv(t, fb, leaseConfig("s0", clk))
+	bPut := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	bLate := await(func() error { return appendID(b.tb, "b1") })
+	mustWait(t, bPut)
+	aPut.Release() // a's segment lands in its own generation, after b sealed it
+	if err := <-aLate; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie: %v, want ErrFenced", err)
+	}
+	bPut.Release()
+	if err := <-bLate; err != nil {
+		t.Fatalf("the new owner: %v", err)
+	}
+	h, err := readHead(context.Background(), b.db, b.tb.lay, "s0")
+	if err != nil || h.Gen != 2 || h.Segs != 1 || h.Owner == "" {
+		t.Fatalf("head after the takeover: %+v %v", h, err)
+	}
+	b.merge()
+	checkAll(t, newEnv(t, mem, leaseConfig("", clk)).tb, map[string]int{"a1": 100, "b1": 100})
+}
+
+// 9. A merger's handle from before a drop and re-create neither merges
+// the new table with what it cached of the old one nor loses its rows.
+func TestInterleaving09StaleMergerHandleAfterRecreate(t *testing.T) {
+	store := memory.New()
+	w := newEnv(t, store, testConfig("s0"))
+	walRow(t, w, "x", 10)
+	m := newEnv(t, store, testConfig(""))
+	if res, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil || res.Version != 1 {
+		t.Fatalf("first merge: %+v %v", res, err)
+	}
+	ctx := context.Background()
+	if err := w.db.DropTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.db.CreateTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := w.db.Table(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"p", "q"} {
+		if _, err := w2.Append(ctx, Record{ID: id, RolloutID: "r-" + id, Sequence: 1}, bytes.NewReader(payloadFor(id, 10)), 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.tb.Merge(ctx, MergeOptions{}); !errors.Is(err, ErrTableNotFound) {
+		t.Fatalf("merge through the dropped incarnation's handle: %v", err)
+	}
+	tb, err := m.db.Table(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tb.Merge(ctx, MergeOptions{})
+	if err != nil || res.Rows != 2 {
+		t.Fatalf("merge of the new table: %+v %v", res, err)
+	}
+	checkAll(t, tb, map[string]int{"p": 10, "q": 10})
+}
+
+// 10. A refresh whose newest version is collected between the probe that
+// found it and the load: it looks again instead of failing the reads that
+// joined it.
+func TestInterleaving10RefreshRetriesACollectedVersion(t *testing.T) {
+	store := memory.New()
+	w := newEnv(t, store, testConfig("s0"))
+	// The merger's hints in the registry are lost, so the reader learns of
+	// new versions by its own probe (as after a merger crashed between its
+	// commit and the hint).
+	fm := faulty.New(store)
+	m := newEnv(t, fm, testConfig(""))
+	fm.Fail(faulty.OpPut, faulty.KeyContains("_registry.json"), objstore.ErrThrottled, faulty.Always())
+	merge := func() {
+		t.Helper()
+		if err := w.tb.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	walRow(t, w, "x", 10)
+	merge()
+	r := newEnv(t, store, testConfig(""))
+	r.mustRead("x", 10)
+	walRow(t, w, "y", 10)
+	merge()                                      // version 2 exists; r knows version 1
+	gate := r.hooks.Pause("refresh:after-heads") // r's probe has found version 2
+	read := await(func() error { _, err := r.tb.Status(context.Background()); return err })
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // collects version 2 (RetainVersions 2)
+		walRow(t, w, fmt.Sprintf("z%d", i), 10)
+		merge()
+	}
+	gate.Release()
+	if err := <-read; err != nil {
+		t.Fatalf("refresh across a collected version: %v", err)
+	}
+	if got := r.db.Stats().RefreshRetries.Load(); got == 0 {
+		t.Fatal("the refresh did not meet the collected version")
+	}
+	r.mustRead("y", 10)
+}
+
+// A merge plans each shard from its watermark + 1 on, without a gap: a
+// generation whose seal record is missing stops the merge instead of
+// letting the watermark pass over it.
+func TestMergeNeverSkipsAGeneration(t *testing.T) {
+	store := memory.New()
+	e := newEnv(t, store, testConfig("s0"))
+	walRow(t, e, "g1", 10)
+	walRow(t, e, "g2", 10)
+	walRow(t, e, "g3", 10)
+	ctx := context.Background()
+	if err := store.Delete(ctx, e.tb.lay.Seal("s0", 2)); err != nil {
+		t.Fatal(err)
+	}
+	e.db.seals.Purge()
+	res, err := e.tb.Merge(ctx, MergeOptions{})
+	if err == nil {
+		t.Fatalf("merge over a generation without its seal record: %+v", res)
+	}
+	latest, _ := e.tb.latestVersion(ctx, 0)
+	if latest != 0 {
+		m, _ := e.tb.loadManifest(ctx, latest)
+		if m.watermark("s0") >= 2 {
+			t.Fatalf("the watermark passed generation 2: %+v", m.Watermarks)
+		}
+	}
+}
+
+func readScanRows(t *testing.T, stream []byte) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	if err := readStreamRows(stream, func(r Record) { out[r.ID] = r.Payload }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func readStreamRows(stream []byte, fn func(Record)) error {
+	return rowfile.ReadStream(bytes.NewReader(stream), func(_ int, r rowfile.Record) error {
+		fn(r)
+		return nil
+	})
+}
+
+// A segment acknowledged while a refresh is under way (after its probe) is
+// not in that refresh, so a read that began before the acknowledgement may
+// miss it; a read that begins after it waits out that refresh and sees it.
+func TestDiscoverySegmentLandsBetweenProbeAndRead(t *testing.T) {
+	store := memory.New()
+	w := newEnv(t, store, testConfig("s0"))
+	w.put("warm", 1)
+	r := newEnv(t, store, testConfig(""))
+	r.mustRead("warm", 1)
+	r.db.cfg.ResidentMaxAge = time.Nanosecond // every read refreshes
+	gate := r.hooks.Pause("refresh:after-heads")
+	early := await(func() error { _, err := r.tb.Get(context.Background(), "x", ReadOptions{}); return err })
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	w.put("x", 100) // acknowledged after the paused refresh probed the heads
+	late := await(func() error { _, err := readPayload(r.tb, "x"); return err })
+	gate.Release()
+	if err := <-early; err != nil && !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the read that began before the write: %v", err)
+	}
+	if err := <-late; err != nil {
+		t.Fatalf("a read that began after the acknowledgement: %v", err)
+	}
+}
+
+// A shard that appears (its first writer registers) is found by readers at
+// their next refresh, without listing.
+func TestDiscoveryNewShard(t *testing.T) {
+	fb := faulty.New(memory.New())
+	w0 := newEnv(t, fb, testConfig("s0"))
+	w0.put("a", 10)
+	r := newEnv(t, fb, testConfig(""))
+	r.mustRead("a", 10)
+	lists := fb.Calls(faulty.OpList)
+	w1 := newEnv(t, fb, testConfig("s1"))
+	w1.put("b", 10)
+	r.db.cfg.ResidentMaxAge = time.Nanosecond
+	r.mustRead("b", 10)
+	if _, err := r.tb.Get(context.Background(), "absent", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if n := fb.Calls(faulty.OpList) - lists; n > 2 { // the writers' version probes list once each at most
+		t.Fatalf("discovery listed %d times", n)
+	}
+}
+
+// A generation sealed (and a new one started) between a refresh's probe
+// and its loading of layouts: the refresh uses what the head it read said,
+// and the next one finds the rest.
+func TestDiscoveryGenerationSealedBetweenProbeAndLayout(t *testing.T) {
+	store := memory.New()
+	w := newEnv(t, store, testConfig("s0"))
+	w.put("a", 10)
+	r := newEnv(t, store, testConfig(""))
+	r.db.cfg.ResidentMaxAge = time.Nanosecond
+	gate := r.hooks.Pause("refresh:after-heads")
+	first := await(func() error { _, err := readPayload(r.tb, "a"); return err })
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.tb.Flush(context.Background()); err != nil { // seals the generation the probe saw open
+		t.Fatal(err)
+	}
+	w.put("b", 10)
+	gate.Release()
+	if err := <-first; err != nil {
+		t.Fatalf("read of a row of the generation sealed meanwhile: %v", err)
+	}
+	r.mustRead("a", 10)
+	r.mustRead("b", 10)
+}
+
+// A generation merged and reclaimed between a refresh's probe and its
+// loading of that generation's layouts: the refresh starts over from the
+// newer base (the registry names it), and the read succeeds.
+func TestDiscoveryGenerationReclaimedBetweenProbeAndLayout(t *testing.T) {
+	store := memory.New()
+	w := newEnv(t, store, testConfig("s0"))
+	w.put("warm", 1)
+	r := newEnv(t, store, testConfig(""))
+	r.mustRead("warm", 1)
+	walRow(t, w, "x", 1000) // sealed, pending: r has not loaded it
+	r.db.cfg.ResidentMaxAge = time.Nanosecond
+	gate := r.hooks.Pause("refresh:after-base")
+	read := await(func() error { _, err := readPayload(r.tb, "x"); return err })
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	mergeOther(t, store) // merges and reclaims x's generation
+	gate.Release()
+	if err := <-read; err != nil {
+		t.Fatalf("read after its generation was reclaimed under the refresh: %v", err)
+	}
+	if r.db.Stats().RefreshRetries.Load() == 0 {
+		t.Fatal("the refresh never met the reclaimed generation")
+	}
+}
+
+// Registry swaps that lose (two writers registering at once) or lose
+// their answer are applied again; no registration is lost.
+func TestDiscoveryRegistryCASLost(t *testing.T) {
+	mem := memory.New()
+	fa := faulty.New(mem)
+	a := newEnv(t, fa, testConfig("s0"))
+	b := newEnv(t, mem, testConfig("s1"))
+	held := fa.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("_registry.json"))
+	aDone := await(func() error { return appendID(a.tb, "a") })
+	mustWait(t, held)
+	if err := appendID(b.tb, "b"); err != nil { // b registers while a's swap is held
+		t.Fatal(err)
+	}
+	fa.LoseResponse(faulty.OpPut, faulty.KeyContains("_registry.json"), errors.New("connection reset"))
+	held.Release() // a's swap fails its condition, its retry's answer is lost; both are retried
+	if err := <-aDone; err != nil {
+		t.Fatalf("writer whose registry swaps lost: %v", err)
+	}
+	r := newEnv(t, mem, testConfig(""))
+	checkAll(t, r.tb, map[string]int{"a": 100, "b": 100})
+	reg, _, err := readRegistry(context.Background(), r.db, r.tb.lay)
+	if err != nil || !reg.Shards["s0"].Active || !reg.Shards["s1"].Active {
+		t.Fatalf("registry: %+v %v", reg, err)
+	}
+}
