@@ -83,9 +83,10 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		budget = cfg.MergeMaxBytes
 	}
 	var res MergeResult
+	var again error // why the last attempt started over
 	for attempt := 0; ; attempt++ {
 		if attempt == maxCommitAttempts {
-			return res, fmt.Errorf("merge of %s: lost the commit %d times in a row", t.Name(), attempt)
+			return res, fmt.Errorf("merge of %s: started over %d times in a row, the last because: %w", t.Name(), attempt, again)
 		}
 		if err := t.live(); err != nil {
 			return res, err
@@ -103,6 +104,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		}
 		base, err := t.loadBase(ctx, latest)
 		if errors.Is(err, objstore.ErrNotFound) {
+			again = err
 			continue // collected since it was found: a newer one exists
 		}
 		if err != nil {
@@ -113,6 +115,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if errors.Is(err, objstore.ErrNotFound) {
 			// Another merger merged and reclaimed a generation since this
 			// pass loaded its base: plan again from the newer base.
+			again = err
 			continue
 		}
 		if err != nil {
@@ -130,6 +133,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 			if errors.Is(err, objstore.ErrNotFound) {
 				// A merger whose lease lapsed mid-pass (both think they are
 				// the merger) merged and reclaimed it first: replan.
+				again = err
 				continue
 			}
 			return res, err
@@ -142,6 +146,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 			t.db.stats.MergeConflicts.Add(1)
 			res.Conflicts++
 			t.deleteFiles(written)
+			again = err
 			continue
 		}
 		if err != nil {

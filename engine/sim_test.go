@@ -132,6 +132,11 @@ type simWorld struct {
 
 	faults       bool
 	pFail, pLose float64
+	// pPoison is the chance that a ranged read's key becomes poisoned:
+	// every later body of it fails midway as if the object had vanished
+	// (what Azure's resumed read of a deleted blob answers).
+	pPoison  float64
+	poisoned map[string]bool
 
 	procs    []*simProc
 	driver   *sched.Proc
@@ -216,6 +221,8 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	w.mem = memory.New(memory.WithClock(s.Now))
 	w.pFail = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
 	w.pLose = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
+	w.pPoison = []float64{0, 0, 0.001, 0.005}[w.rng.IntN(4)]
+	w.poisoned = map[string]bool{}
 	s.Jitter = []float64{0, 0.001, 0.01}[w.rng.IntN(3)]
 	s.MaxJitter = 20 * time.Second
 	ops := opts.ops
@@ -1025,8 +1032,39 @@ func (s *simStore) GetRange(ctx context.Context, key string, off, n int64) (io.R
 	if err := s.enter("getrange", key); err != nil {
 		return nil, err
 	}
-	return s.inner.GetRange(ctx, key, off, n)
+	rc, err := s.inner.GetRange(ctx, key, off, n)
+	if err != nil || !s.w.faults {
+		return rc, err
+	}
+	if !s.w.poisoned[key] && s.w.rng.Float64() < s.w.pPoison {
+		s.w.poisoned[key] = true
+	}
+	if s.w.poisoned[key] {
+		return &failingBody{rc: rc, left: int64(s.w.rng.IntN(64)), err: fmt.Errorf("%s: %w: %w", key, objstore.ErrNotFound, errInjected)}, nil
+	}
+	return rc, nil
 }
+
+// failingBody reads left bytes, then fails with err.
+type failingBody struct {
+	rc   io.ReadCloser
+	left int64
+	err  error
+}
+
+func (f *failingBody) Read(p []byte) (int, error) {
+	if f.left <= 0 {
+		return 0, f.err
+	}
+	if int64(len(p)) > f.left {
+		p = p[:f.left]
+	}
+	n, err := f.rc.Read(p)
+	f.left -= int64(n)
+	return n, err
+}
+
+func (f *failingBody) Close() error { return f.rc.Close() }
 
 func (s *simStore) Head(ctx context.Context, key string) (objstore.Attrs, error) {
 	if err := s.enter("head", key); err != nil {

@@ -1,0 +1,138 @@
+// Package engine implements rollstore's tables on an object store: the
+// write path into per-shard WAL generations, the merge that folds sealed
+// generations into immutable numbered base versions, reclamation of merged
+// generations, retention, the orphan sweep, and the read path that stays
+// correct while all of that runs at once, across processes.
+//
+// # Keys and incarnations
+//
+// A table's descriptor names its incarnation; every other object of the
+// table lives under <table>/<incarnation>/ (see package layout). A table
+// dropped and created again is a new incarnation: it shares no key with the
+// old one, so a process still acting on the old incarnation (a paused
+// merge, a writer that has not noticed, a cached seal record) can only
+// touch dead keys.
+//
+// # The WAL protocol
+//
+// Each shard has one writer at a time (its blob lease keeps two live
+// writers apart, but correctness never rests on the lease or on clocks).
+// The shard's head object is its commit point: every change is a
+// compare-and-swap on the head's ETag, so the head's history is a single
+// chain that a writer who lost it cannot extend.
+//
+//  1. Register. A writer adds itself to the shard's entry in the
+//     registry (compare-and-swap), before it acknowledges anything.
+//     Keeps: every shard that may acknowledge is active in the registry.
+//  2. Take the shard. It reads the head. If the head's generation g is
+//     not sealed, it swaps the head to "g sealed at its current count"
+//     (fencing the previous writer: that writer's next swap fails), makes
+//     sure g's seal record exists, and swaps the head to "g+1, no
+//     segments, owner me". Keeps: a generation has exactly one writer,
+//     fixed by the swap that claimed it; generations are numbered
+//     contiguously; g+1 exists only once g is sealed and its seal record
+//     written.
+//  3. Commit. A group commit writes segment n+1 of its generation
+//     (create-if-absent; the segment carries its row layout in its Arrow
+//     header), then swaps the head from count n to n+1, and only then
+//     acknowledges. Keeps: a segment is part of its generation exactly
+//     when a head swap counted it. A segment written but never counted (a
+//     zombie's late write, a writer that stopped between the two steps) is
+//     never read and is swept. A swap that fails because the head moved
+//     refuses the append (nothing visible); one whose outcome is unknown
+//     (a lost answer that cannot be checked) stops the writer and reports
+//     ErrOutcomeUnknown.
+//  4. Seal. Past its age, size or segment count (or on Flush and Close) a
+//     writer swaps the head to "sealed at n", writes the seal record (the
+//     generation's segments and their layouts, derived data anyone can
+//     rebuild from the head's count), then claims g+1 as in step 2. Keeps:
+//     the seal decision is the head's, made once; the record only caches
+//     it, so no record can change a generation's membership.
+//  5. Idle. A writer with no appends for IdleAfter removes itself from the
+//     registry entry (a writer only ever removes itself; a new owner,
+//     after fencing, removes the writers before it). Before it
+//     acknowledges again it registers again (step 1).
+//  6. Merge. One merger at a time per table (a lease; two mergers are
+//     still safe, their commits are create-if-absent). For each shard it
+//     takes the sealed generations from the base's watermark + 1 on, in
+//     order and without a gap (their seal records; a missing one stops the
+//     shard), seals the open generation of a shard whose writer is gone,
+//     writes the data files, and commits base version v+1 by
+//     create-if-absent of its manifest, recording per shard the highest
+//     generation merged. Keeps: a watermark means "every generation up to
+//     here is in the base".
+//  7. Reclaim. Only after the commit (and ReclaimGrace), the merged
+//     generations are deleted: segments first, the seal record last,
+//     without listing (walking down from the watermark while seal records
+//     exist). Keeps: every row is always in the base or in a generation a
+//     reader can find (briefly both).
+//  8. Drop. The registry and every shard's head are replaced by
+//     tombstones, then the descriptor is deleted, then the incarnation's
+//     objects. Keeps: a writer of the dropped incarnation, in any process,
+//     fails its next head swap; no append is acknowledged after the drop.
+//
+// # Reads
+//
+// A process keeps a resident snapshot: a base version with the layouts of
+// its data files, and per shard the pending generations with their segment
+// layouts. It is an immutable value swapped atomically; refreshes are
+// shared (singleflight), and no read waits on a writer or a merge.
+//
+//   - A read looks in the resident snapshot first (base, then pending
+//     generations). Ids are immutable, so a row found is the row; a warm hit
+//     costs no request beyond the row itself, and a payload read needs only
+//     the payload's own ranged GET (the layout holds its size, checksum,
+//     content type and span), or none from the payload cache.
+//   - Otherwise it joins a refresh that began after it did. A refresh reads
+//     the registry (one HEAD; a GET only when it changed), the heads of the
+//     active shards and of the shards whose entry changed since the
+//     snapshot's registry (probed after the registry was read), and the
+//     layouts of the segments the heads newly count (one small ranged GET
+//     each, or one GET of a seal record per sealed generation). No listing.
+//     By steps 1, 3 and 5, this sees every segment acknowledged before the
+//     read began.
+//   - A segment or seal record that a head names but is gone was reclaimed,
+//     so it was merged into a base committed before (step 7): the refresh
+//     starts over from the newest base, which holds the row. So a complete
+//     miss is final without a second look at the base, and no row is
+//     reported absent while it moves from the WAL to the base.
+//   - A file that vanishes under a read (reclaimed, or collected under a
+//     stale snapshot) is retried against a refresh that probes for the
+//     newest base, at most twice (also for bodies that fail mid-stream);
+//     a file still missing is ErrMissingFile, never a silent not-found.
+//   - The resident snapshot serves reads without a refresh for at most
+//     ResidentMaxAge, so another process's drop (or merge) is noticed
+//     within it; a read that meets a dropped incarnation is served by the
+//     table's current one.
+//   - A read pinned to a base version sees exactly that version, or
+//     ErrVersionGone once it was collected (checked with a HEAD of its
+//     manifest, so every process agrees).
+//
+// # Back-pressure and bounds
+//
+// Appends are refused with ErrBackpressure (503 with Retry-After) while a
+// shard has more than WriteMaxPendingGens generations waiting for a merge;
+// reads are never refused for a backlog. Caches are byte-bounded, resident
+// snapshots are charged what they hold (layouts included), and payload
+// reads reserve from an in-flight byte budget.
+//
+// # Orphans
+//
+// Large payloads are stored as their own objects and re-referenced by the
+// base, never copied. The sweep deletes what nothing references after
+// OrphanGrace: data files of lost commits, payloads of appends never
+// acknowledged, segments no head counted in sealed generations, leftovers
+// of reclaimed generations and of dropped incarnations. An append whose
+// payload upload began more than half the grace ago is not committed, and a
+// sweep that ran longer than a quarter of it deletes nothing, so the two
+// cannot race.
+//
+// # Simulation
+//
+// The engine runs on a sched.Runtime: goroutines, waits, timers and the
+// clock. Its deterministic simulation (sim_test.go) runs several processes
+// on one store with one goroutine at a time in an order a seed decides,
+// with lease expiry, lost answers, failed calls, frozen and crashed
+// processes and drops, and checks every answer against what was
+// acknowledged.
+package engine
