@@ -135,8 +135,9 @@ type simWorld struct {
 	// pPoison is the chance that a ranged read's key becomes poisoned:
 	// every later body of it fails midway as if the object had vanished
 	// (what Azure's resumed read of a deleted blob answers).
-	pPoison  float64
-	poisoned map[string]bool
+	pPoison float64
+	// poisoned maps a key to how many bytes its bodies give before failing.
+	poisoned map[string]int64
 
 	procs    []*simProc
 	driver   *sched.Proc
@@ -222,7 +223,7 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	w.pFail = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
 	w.pLose = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
 	w.pPoison = []float64{0, 0, 0.001, 0.005}[w.rng.IntN(4)]
-	w.poisoned = map[string]bool{}
+	w.poisoned = map[string]int64{}
 	s.Jitter = []float64{0, 0.001, 0.01}[w.rng.IntN(3)]
 	s.MaxJitter = 20 * time.Second
 	ops := opts.ops
@@ -1036,11 +1037,22 @@ func (s *simStore) GetRange(ctx context.Context, key string, off, n int64) (io.R
 	if err != nil || !s.w.faults {
 		return rc, err
 	}
-	if !s.w.poisoned[key] && s.w.rng.Float64() < s.w.pPoison {
-		s.w.poisoned[key] = true
+	p := s.w.pPoison
+	if strings.Contains(key, "/payloads/") {
+		p *= 20 // payload objects are read by range more rarely than segments
 	}
-	if s.w.poisoned[key] {
-		return &failingBody{rc: rc, left: int64(s.w.rng.IntN(64)), err: fmt.Errorf("%s: %w: %w", key, objstore.ErrNotFound, errInjected)}, nil
+	left, poisoned := s.w.poisoned[key]
+	if !poisoned && s.w.rng.Float64() < p {
+		// Half the keys give nothing at all: a reader that reopens such a
+		// body without counting makes no progress.
+		left, poisoned = 0, true
+		if s.w.rng.IntN(2) == 0 {
+			left = int64(s.w.rng.IntN(64))
+		}
+		s.w.poisoned[key] = left
+	}
+	if poisoned {
+		return &failingBody{rc: rc, left: left, err: fmt.Errorf("%s: %w: %w", key, objstore.ErrNotFound, errInjected)}, nil
 	}
 	return rc, nil
 }
