@@ -15,7 +15,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := github.com/rollstore/rollstore/internal/version
 LDFLAGS  := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 
-.PHONY: all build run test unit lint bench fixture azurite-install clean
+.PHONY: all build run test unit lint sim soak sim-mutants bench fixture azurite-install clean
 
 all: build
 
@@ -45,9 +45,27 @@ lint:
 # Then the manifest tests' module (kustomize, kube-score, k8s.io/api; it
 # builds the image's binary and runs it as the manifests configure it),
 # without -race: they run no concurrent code of the service in-process.
+# Last, the engine's deterministic simulation at full size (under -race it
+# runs only a few seeds).
 test: lint
 	$(AZURITE) run -- env ROLLSTORE_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 	cd $(K8S) && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
+	$(MAKE) sim
+
+# The engine's deterministic simulation: SEEDS seeds from FIRST (a failure
+# prints its seed and the command that replays it exactly). `make sim` is
+# what `make test` runs; `make soak SEEDS=100000` runs more.
+SEEDS ?= 2000
+FIRST ?= 1
+sim:
+	$(GO) test -count=1 -timeout 60m -run 'TestSimulation$$' ./engine/ -sim.seeds=$(SEEDS) -sim.first=$(FIRST) -v
+soak: SEEDS = 100000
+soak: sim
+
+# Checks that the simulation finds known bugs: each is re-introduced in a
+# scratch copy and must fail the simulation within its make-test budget.
+sim-mutants:
+	python3 test/simcheck/mutants.py
 
 # Unit tests only (no Azurite; Azure tests skip).
 unit:
