@@ -79,6 +79,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	resident := t.fresh()
 	known := resident.version()
 	probe := *attempts > 0
+	var causes []error // every attempt's failure, reported together
 	if resident != nil && *attempts == 0 {
 		if loc, ok := resident.find(id); ok {
 			if err := t.db.point(ctx, "read:located"); err != nil {
@@ -97,6 +98,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 				return err
 			}
 			// A file of a stale snapshot was reclaimed or collected.
+			causes = append(causes, err)
 			*attempts++
 			st.ReadRetries.Add(1)
 			probe = true
@@ -130,9 +132,10 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 		if !errors.Is(err, objstore.ErrNotFound) {
 			return err
 		}
+		causes = append(causes, err)
 		if *attempts >= maxRetries {
 			st.ReadMissingFile.Add(1)
-			return fmt.Errorf("%w: %s after %d attempts: %w", ErrMissingFile, loc.key, *attempts+1, err)
+			return fmt.Errorf("%w: %s after %d attempts: %w", ErrMissingFile, loc.key, *attempts+1, errors.Join(causes...))
 		}
 		*attempts++
 		st.ReadRetries.Add(1)
