@@ -141,6 +141,10 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if err := t.db.point(ctx, "merge:after-data"); err != nil {
 			return res, err // a crash here leaves orphan data files
 		}
+		if err := t.live(); err != nil { // dropped meanwhile: stop here
+			t.deleteFiles(written)
+			return res, err
+		}
 		err = t.commitManifest(ctx, m)
 		if errors.Is(err, objstore.ErrPrecondition) {
 			t.db.stats.MergeConflicts.Add(1)
