@@ -232,7 +232,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) *flagGroups {
 	fs.StringVar(&c.metricsListen, "metrics-listen", c.metricsListen, "`address` of a second listener that serves only GET /metrics, with no token even when --auth-token-file is set (for the cluster's scraper; e.g. :9090); empty: none")
 	fs.StringVar(&c.role, "role", c.role, "what this process does: all (write, read, merge), writer (no merger), reader (refuses writes, no merger), merger (refuses writes)")
 	fs.StringVar(&c.shard, "shard", c.shard, "writer shard this process owns, unique per writer ([A-Za-z0-9_][A-Za-z0-9._-]*); default: local-0 for role all, the pod name ($HOSTNAME, e.g. rollstore-writer-2) for role writer")
-	fs.DurationVar(&c.engine.LeaseDuration, "lease-duration", c.engine.LeaseDuration, "shard and merger lease period on stores with leases (15s..60s); a writer stops acknowledging before its lease can pass to another")
+	fs.DurationVar(&c.engine.LeaseDuration, "lease-duration", c.engine.LeaseDuration, "shard and merger lease period on stores with leases (15s..60s); keeps two live processes off one shard or one merge (fencing rests on the head's compare-and-swap)")
 	fs.DurationVar(&c.server.DrainTimeout, "drain-timeout", c.server.DrainTimeout, "bound on the graceful drain after SIGTERM or SIGINT")
 	fs.DurationVar(&c.server.DrainDelay, "drain-delay", c.server.DrainDelay, "after SIGTERM, keep the listener open this long answering 503 while load balancers notice readiness failing")
 	fs.DurationVar(&c.server.CloseTimeout, "close-timeout", c.server.CloseTimeout, "after the drain (even one that overran --drain-timeout), time to seal open generations and release the shard's lease")
