@@ -554,3 +554,45 @@ func TestDiscoveryRegistryCASLost(t *testing.T) {
 		t.Fatalf("registry: %+v %v", reg, err)
 	}
 }
+
+// A payload read whose object vanishes mid-stream because the table was
+// dropped meanwhile answers from the table as it is now: ErrNotFound when
+// it was created again without the row (the table exists; "table not
+// found" would be false), ErrTableNotFound when it was not.
+func TestPayloadReadAcrossDrop(t *testing.T) {
+	for _, recreate := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recreate=%v", recreate), func(t *testing.T) {
+			ctx := context.Background()
+			mem := memory.New()
+			fb := faulty.New(mem)
+			w := newEnv(t, fb, testConfig("s0"))
+			w.put("x", 20<<10) // external: its own object
+			other := newEnv(t, mem, testConfig(""))
+			fail := fb.FailRead(faulty.OpGetRange, faulty.KeyContains("/payloads/"), 100, objstore.ErrNotFound)
+			p, err := w.tb.OpenPayload(ctx, "x", 0, -1, ReadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			if err := other.db.DropTable(ctx, "t"); err != nil {
+				t.Fatal(err)
+			}
+			if recreate {
+				if err := other.db.CreateTable(ctx, "t"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err = io.ReadAll(p)
+			if fail.Fired() != 1 {
+				t.Fatalf("the mid-stream loss fired %d times", fail.Fired())
+			}
+			want := ErrTableNotFound
+			if recreate {
+				want = ErrNotFound
+			}
+			if !errors.Is(err, want) || (recreate && errors.Is(err, ErrTableNotFound)) {
+				t.Fatalf("read across the drop: %v, want %v", err, want)
+			}
+		})
+	}
+}

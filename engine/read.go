@@ -259,6 +259,32 @@ func (e *RangeError) Error() string {
 	return fmt.Sprintf("range not satisfiable: payload is %d bytes", e.Size)
 }
 
+// Stat describes a row's payload (id, size, checksum, content type,
+// creation time, object) from its location alone: no request beyond
+// finding the row, which the resident view usually answers. What a HEAD
+// or a conditional request needs before any byte is read.
+func (t *Table) Stat(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
+	rec, err := t.stat(ctx, id, opts)
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
+		return nt.stat(ctx, id, opts)
+	}
+	return rec, err
+}
+
+func (t *Table) stat(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
+	if err := rowfile.ValidateID(id); err != nil {
+		return nil, err
+	}
+	var out *Record
+	var attempts int
+	err := t.withRow(ctx, id, opts, &attempts, func(_ context.Context, loc location) error {
+		out = payloadRecord(loc)
+		return nil
+	})
+	return out, err
+}
+
 // Payload is an open payload read. Close it to release its share of the
 // in-flight byte budget.
 type Payload struct {
@@ -441,17 +467,32 @@ func (p *Payload) reopen(ctx context.Context, cause error) error {
 	p.attempts++
 	st.ReadRetries.Add(1)
 	want := p.Record
-	return p.t.withRow(ctx, p.Record.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
-		if loc.loc.SHA256 != want.PayloadSHA256 || loc.loc.Size != want.PayloadSize {
-			return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, want.ID)
-		}
-		rc, err := p.t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
-		if err != nil {
-			return err
-		}
-		p.rc = rc
-		return nil
-	})
+	resume := func(t *Table, dropped bool) error {
+		return t.withRow(ctx, want.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
+			if loc.loc.SHA256 != want.PayloadSHA256 || loc.loc.Size != want.PayloadSize {
+				if dropped {
+					// A new incarnation's row of the same id: not this payload.
+					return fmt.Errorf("%w: %q (the table was dropped and created again while its payload was read)", ErrNotFound, want.ID)
+				}
+				return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, want.ID)
+			}
+			rc, err := t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
+			if err != nil {
+				return err
+			}
+			p.rc = rc
+			return nil
+		})
+	}
+	err := resume(p.t, false)
+	// Dropped under the read: what the table holds now is the answer, as
+	// for a read that began now (see successor).
+	nt, err := p.t.successor(ctx, err)
+	if nt != nil {
+		p.t = nt
+		return resume(nt, true)
+	}
+	return err
 }
 
 // Close releases the read.

@@ -262,6 +262,9 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		curReg = cur.reg
 	}
 	doProbe := probeBase || cur == nil || now.Sub(cur.baseProbedAt) >= db.cfg.BaseProbeInterval
+	// A first view probes for the base after reading the registry, whose
+	// hint names a version to probe from: no listing of the versions.
+	probeLate := cur == nil
 
 	// Round one, in parallel: the registry, the heads of the shards active
 	// in the registry as last read, and a probe for a newer base when due.
@@ -279,7 +282,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	var probed uint64
 	known := cur.version()
 	n := 1 + len(early)
-	if doProbe {
+	if doProbe && !probeLate {
 		n++
 	}
 	err := sched.Parallel(ctx, db.rt, n, 64, func(ctx context.Context, i int) error {
@@ -321,6 +324,11 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	}
 	if reg.Dropped {
 		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
+	}
+	if probeLate {
+		if probed, err = t.latestVersion(ctx, reg.Base); err != nil {
+			return nil, err
+		}
 	}
 
 	// Every shard that may have acknowledged since cur was built.

@@ -188,11 +188,12 @@ func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {
 
 // getPayload streams a payload, whole or one byte range of it.
 //
-// The record is looked up first only when the answer depends on it before
-// any byte is read (a suffix range or a malformed one needs the size,
-// conditional requests need the validators, HEAD needs only headers);
-// otherwise the payload is opened directly and the record comes with it,
-// saving a lookup. Conditional requests are decided as net/http's
+// The payload is described first (Stat: no request beyond finding the
+// row) only when the answer depends on it before any byte is read (a
+// suffix range or a malformed one needs the size, conditional requests
+// need the validators, HEAD needs only headers); otherwise the payload is
+// opened directly and its description comes with it. Either way the
+// payload's bytes are the only request to the store. Conditional requests are decided as net/http's
 // ServeContent decides them (see evaluate).
 func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	opts, err := readOptions(r)
@@ -207,7 +208,7 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	br, kind := parseRange(r.Header.Get("Range"))
 	var rec *engine.Record
 	if br.isSuffix || kind == rangeInvalid || hasConditions(r.Header) || r.Method == http.MethodHead {
-		if rec, err = tb.Get(r.Context(), id, opts); err != nil {
+		if rec, err = tb.Stat(r.Context(), id, opts); err != nil {
 			return err
 		}
 		mod, _ := lastModified(rec)
