@@ -50,6 +50,7 @@ const (
 	codeStoreAuth        = "store_auth"
 	codeStoreNotFound    = "store_not_found"
 	codeStoreDown        = "store_unavailable"
+	codeOutcomeUnknown   = "outcome_unknown"
 	codeCanceled         = "canceled"
 	codeInternal         = "internal"
 )
@@ -153,6 +154,15 @@ func classify(err error) outcome {
 		return outcome{http.StatusBadRequest, codeInvalidArgument, false}
 	case errors.Is(err, engine.ErrOverloaded):
 		return outcome{http.StatusServiceUnavailable, codeOverloaded, true}
+	case errors.Is(err, engine.ErrTooSlow):
+		// Nothing was written and the append may be retried: the server
+		// took too long, not the client.
+		return outcome{http.StatusServiceUnavailable, codeTimeout, true}
+	case errors.Is(err, engine.ErrOutcomeUnknown) && !errors.Is(err, context.Canceled):
+		// Before the store's errors it wraps: what the client must know
+		// is that the write may have landed, and that an identical retry
+		// is answered from what did.
+		return outcome{http.StatusServiceUnavailable, codeOutcomeUnknown, true}
 	case errors.Is(err, objstore.ErrThrottled):
 		return outcome{http.StatusServiceUnavailable, codeThrottled, true}
 	case errors.Is(err, objstore.ErrUnavailable):
@@ -172,7 +182,7 @@ func classify(err error) outcome {
 		// stays missing into ErrMissingFile; a bare store ErrNotFound that
 		// got this far is the same condition and never a 404.
 		return outcome{http.StatusInternalServerError, codeMissingFile, false}
-	case errors.Is(err, rowfile.ErrCorrupt):
+	case errors.Is(err, rowfile.ErrCorrupt), errors.Is(err, engine.ErrCorruptObject):
 		return outcome{http.StatusInternalServerError, codeCorrupt, false}
 	case errors.Is(err, objstore.ErrAuth):
 		return outcome{http.StatusBadGateway, codeStoreAuth, false}
