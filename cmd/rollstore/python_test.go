@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,21 +157,14 @@ func unittestSummary(out string) (int, []string) {
 	return n, skips
 }
 
-// goTool is the go command that runs this test.
+// goTool is the go command that runs this test: go test puts its own
+// GOROOT/bin first on the test's PATH.
 func goTool(t *testing.T) string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal("no go command to build rollstore with")
 	}
 	return p
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // checkingProxy forwards to target through rt. Small JSON and NDJSON
