@@ -152,6 +152,11 @@ func classify(err error) outcome {
 		return outcome{http.StatusConflict, codeConflict, false}
 	case errors.Is(err, engine.ErrInvalidName), errors.Is(err, engine.ErrInvalid):
 		return outcome{http.StatusBadRequest, codeInvalidArgument, false}
+	case errors.Is(err, engine.ErrMissingFile) && !errors.Is(err, context.Canceled):
+		// The engine's verdict after its bounded retries, which may carry
+		// every attempt's failure (a throttled or timed-out one among
+		// them): the file stayed missing, whatever else went wrong.
+		return outcome{http.StatusInternalServerError, codeMissingFile, false}
 	case errors.Is(err, engine.ErrOverloaded):
 		return outcome{http.StatusServiceUnavailable, codeOverloaded, true}
 	case errors.Is(err, engine.ErrTooSlow):
@@ -177,7 +182,7 @@ func classify(err error) outcome {
 		return outcome{http.StatusServiceUnavailable, codeMergerBusy, true}
 	case errors.Is(err, engine.ErrClosed):
 		return outcome{http.StatusServiceUnavailable, codeUnavailable, true}
-	case errors.Is(err, engine.ErrMissingFile), errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, objstore.ErrNotFound):
 		// The engine turns a reclaimed file into a retry, and one that
 		// stays missing into ErrMissingFile; a bare store ErrNotFound that
 		// got this far is the same condition and never a 404.

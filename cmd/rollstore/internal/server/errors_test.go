@@ -61,6 +61,9 @@ func classifyCases() []classifyCase {
 		// it wraps the store's not-found.
 		{fmt.Errorf("%w: k after 3 attempts: %w", engine.ErrMissingFile, objstore.ErrNotFound), 500, codeMissingFile, false},
 		{objstore.ErrNotFound, 500, codeMissingFile, false},
+		// The engine may report every attempt's failure under its verdict.
+		{fmt.Errorf("%w: k after 3 attempts: %w", engine.ErrMissingFile, errors.Join(objstore.ErrThrottled, context.DeadlineExceeded, objstore.ErrNotFound)),
+			500, codeMissingFile, false},
 		{rowfile.ErrCorrupt, 500, codeCorrupt, false},
 		{fmt.Errorf("%w: base manifest 3 claims version 4", engine.ErrCorruptObject), 500, codeCorrupt, false},
 		{objstore.ErrAuth, 502, codeStoreAuth, false},
