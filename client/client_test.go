@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -110,5 +111,35 @@ func TestErrorsFromOtherServers(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "418 teapot: short and stout (request r-1)") {
 		t.Errorf("message %q", err.Error())
+	}
+}
+
+// TestRecordCreatedAtOfAnyYear: a record whose stored created_at has a year
+// outside 0..9999, which the server writes with as many digits as it has,
+// still decodes, to that time; ordinary ones decode as time.Time does.
+func TestRecordCreatedAtOfAnyYear(t *testing.T) {
+	for _, want := range []time.Time{
+		time.Date(2026, 1, 2, 3, 4, 5, 600000000, time.UTC),
+		time.UnixMicro(9e18).UTC(),
+		time.UnixMicro(-9e18).UTC(),
+		time.Date(12024, 2, 29, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 12, 31, 23, 59, 59, 0, time.UTC),
+	} {
+		body := `{"id":"a","rollout_id":"r","sequence":0,"created_at":"` + want.Format(time.RFC3339Nano) +
+			`","payload_size":0,"payload_sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}`
+		var r Record
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			t.Errorf("%s: %v", want.Format(time.RFC3339Nano), err)
+			continue
+		}
+		if !r.CreatedAt.Equal(want) || r.ID != "a" || r.RolloutID != "r" || r.PayloadSHA256 == "" {
+			t.Errorf("%s: decoded %+v", want.Format(time.RFC3339Nano), r)
+		}
+	}
+	var r Record
+	for _, bad := range []string{`"yesterday"`, `"99999-13-01T00:00:00Z"`, `"-"`, `""`} {
+		if err := json.Unmarshal([]byte(`{"created_at":`+bad+`}`), &r); err == nil {
+			t.Errorf("created_at %s decoded to %v", bad, r.CreatedAt)
+		}
 	}
 }

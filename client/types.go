@@ -2,6 +2,9 @@ package client
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,6 +65,62 @@ type Record struct {
 	// PayloadSHA256 is the payload's SHA-256 in hex; the payload's ETag is
 	// it, quoted.
 	PayloadSHA256 string `json:"payload_sha256"`
+	// PayloadRef, for a payload stored as an object of its own (above the
+	// server's inline limit), is that object's full name in the store:
+	// the blob name in the container, or the path under the local data
+	// folder. Empty for inline payloads.
+	PayloadRef string `json:"payload_ref,omitempty"`
+}
+
+// UnmarshalJSON reads a record as the server sends it. created_at may
+// have a year outside 0..9999 (a row stored before writes were checked for
+// it), written with as many digits as it has, which time.Time's own
+// decoding refuses: it is read here instead of failing the whole answer.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record
+	aux := struct {
+		*plain
+		CreatedAt *string `json:"created_at"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	if aux.CreatedAt == nil {
+		return nil
+	}
+	t, err := parseAnyYear(*aux.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("rollstore client: created_at: %w", err)
+	}
+	r.CreatedAt = t
+	return nil
+}
+
+// parseAnyYear parses RFC 3339, also with a year of more than four digits
+// or a negative one (the server's form of such times: Go's).
+func parseAnyYear(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err == nil {
+		return t, nil
+	}
+	i := 0
+	if strings.HasPrefix(s, "-") {
+		i = 1
+	}
+	dash := strings.IndexByte(s[i:], '-') + i
+	if dash-i < 4 {
+		return time.Time{}, err
+	}
+	year, yerr := strconv.Atoi(s[:dash])
+	if yerr != nil {
+		return time.Time{}, err
+	}
+	// 2000 is a leap year, so any date of the stored year parses.
+	u, uerr := time.Parse(time.RFC3339Nano, "2000"+s[dash:])
+	if uerr != nil {
+		return time.Time{}, err
+	}
+	return time.Date(year, u.Month(), u.Day(), u.Hour(), u.Minute(), u.Second(), u.Nanosecond(), u.Location()), nil
 }
 
 // PutResult is the answer to a Put.
@@ -121,7 +180,9 @@ type ScanOptions struct {
 
 // TableStatus describes a table's latest view.
 type TableStatus struct {
-	Name         string            `json:"name"`
+	Name string `json:"name"`
+	// Incarnation changes when the table is dropped and created again.
+	Incarnation  string            `json:"incarnation"`
 	Version      uint64            `json:"version"` // newest base version, 0 before the first merge
 	Rows         int64             `json:"rows"`    // in the base
 	PayloadBytes int64             `json:"payload_bytes"`
@@ -130,7 +191,10 @@ type TableStatus struct {
 	Watermarks   map[string]uint64 `json:"watermarks"`
 	Pending      []PendingGen      `json:"pending"`
 	PendingRows  int64             `json:"pending_rows"`
-	Overloaded   string            `json:"overloaded,omitempty"`
+	// Backpressure, when set, says why appends to the server's shard are
+	// refused (503 overloaded) until a merge: too many generations wait
+	// for one. Reads are never refused for it.
+	Backpressure string `json:"backpressure,omitempty"`
 }
 
 // PendingGen is a WAL generation not yet merged.
@@ -153,10 +217,12 @@ type MergeResult struct {
 	Version           uint64        `json:"version"` // committed; 0 when nothing was merged
 	Merged            []GenRef      `json:"merged"`
 	Rows              int64         `json:"rows"`
+	Bytes             int64         `json:"bytes"` // WAL bytes merged
 	Duplicates        int64         `json:"duplicates"`
 	CompactedFiles    int           `json:"compacted_files"`
 	Conflicts         int           `json:"conflicts"`
 	Reclaimed         []GenRef      `json:"reclaimed"`
+	Sealed            []GenRef      `json:"sealed,omitempty"` // abandoned generations this pass sealed
 	Leftover          bool          `json:"leftover"`
 	VersionsCollected int           `json:"versions_collected"`
 	FilesCollected    int           `json:"files_collected"`

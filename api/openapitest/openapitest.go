@@ -111,6 +111,50 @@ func (v *Validator) Operations() []string {
 	return ops
 }
 
+// ErrorCodes lists the codes the file's Error schema, the envelope of
+// every error answer, allows.
+func (v *Validator) ErrorCodes() []string {
+	var codes []string
+	ref := v.doc.Components.Schemas["Error"]
+	if ref == nil || ref.Value == nil {
+		return nil
+	}
+	env := ref.Value.Properties["error"]
+	if env == nil || env.Value == nil || env.Value.Properties["code"] == nil || env.Value.Properties["code"].Value == nil {
+		return nil
+	}
+	for _, c := range env.Value.Properties["code"].Value.Enum {
+		if s, ok := c.(string); ok {
+			codes = append(codes, s)
+		}
+	}
+	sort.Strings(codes)
+	return codes
+}
+
+// DocumentsError reports whether some operation of the file documents an
+// error answer of status with code: a response of that status whose JSON
+// schema accepts the error envelope with that code.
+func (v *Validator) DocumentsError(status int, code string) bool {
+	body := map[string]any{"error": map[string]any{"code": code, "message": "m", "request_id": "r"}}
+	for _, path := range v.doc.Paths.InMatchingOrder() {
+		for _, op := range v.doc.Paths.Value(path).Operations() {
+			ref := op.Responses.Status(status)
+			if ref == nil || ref.Value == nil {
+				continue
+			}
+			mt := ref.Value.Content.Get("application/json")
+			if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
+				continue
+			}
+			if mt.Schema.Value.VisitJSON(body, openapi3.VisitAsResponse()) == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Seen reports the statuses seen per operation ("METHOD /path").
 func (v *Validator) Seen() map[string][]int {
 	v.mu.Lock()

@@ -43,6 +43,34 @@ func TestFileDescribesTheREADMERoutes(t *testing.T) {
 	}
 }
 
+func TestErrorCodesAndDocumentsError(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := v.ErrorCodes()
+	for _, c := range []string{"internal", "not_found", "overloaded", "redirect"} {
+		if !slices.Contains(codes, c) {
+			t.Errorf("ErrorCodes() = %v, without %s", codes, c)
+		}
+	}
+	for _, c := range []struct {
+		status int
+		code   string
+		want   bool
+	}{
+		{404, "not_found", true},
+		{404, "conflict", false}, // a code of another status
+		{503, "store_unavailable", true},
+		{418, "internal", false}, // a status no operation has
+		{500, "no_such_code", false},
+	} {
+		if got := v.DocumentsError(c.status, c.code); got != c.want {
+			t.Errorf("DocumentsError(%d, %q) = %v, want %v", c.status, c.code, got, c.want)
+		}
+	}
+}
+
 // fake answers every request with whatever the test's handler says, so
 // each rule of the validator can be shown to catch a drift.
 func fake(t *testing.T, h http.HandlerFunc) (*http.Client, string, *[]error) {

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,9 +26,12 @@ import (
 	"github.com/rollstore/rollstore/client"
 )
 
-// pythonMaxConcurrent is the server's --max-concurrent-requests, which the
-// Python overload test fills.
-const pythonMaxConcurrent = 4
+// The server's --max-concurrent-requests and --max-concurrent-uploads:
+// the Python overload test fills the upload slots and reads with the rest.
+const (
+	pythonMaxConcurrent = 4
+	pythonMaxUploads    = 2
+)
 
 // TestPythonClient runs the Python client's tests (python/tests) with the
 // machine's python3 against a real `rollstore serve`: the binary is built,
@@ -56,8 +58,10 @@ func TestPythonClient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv := startServeBinary(t, bin, "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "data"),
+	data := filepath.Join(dir, "data")
+	srv := startServeBinary(t, bin, "--listen", "127.0.0.1:0", "--data", data,
 		"--auth-token-file", tokens, "--max-concurrent-requests", strconv.Itoa(pythonMaxConcurrent),
+		"--max-concurrent-uploads", strconv.Itoa(pythonMaxUploads),
 		"--retain-versions", "1", "--retain-age", "0s", "--merge-interval", "0",
 		"--log-format", "json", "--log-level", "info")
 
@@ -98,7 +102,8 @@ func TestPythonClient(t *testing.T) {
 		"ROLLSTORE_TEST_URL="+proxy.URL,
 		"ROLLSTORE_TEST_DIRECT_URL="+srv.url,
 		"ROLLSTORE_TEST_TOKEN="+token,
-		"ROLLSTORE_TEST_MAX_CONCURRENT="+strconv.Itoa(pythonMaxConcurrent),
+		"ROLLSTORE_TEST_MAX_UPLOADS="+strconv.Itoa(pythonMaxUploads),
+		"ROLLSTORE_TEST_DATA_DIR="+data,
 		"PYTHONPATH="+pyDir,
 		"PYTHONDONTWRITEBYTECODE=1", // leave no __pycache__ in the tree
 		"PYTHONUNBUFFERED=1",
@@ -152,21 +157,14 @@ func unittestSummary(out string) (int, []string) {
 	return n, skips
 }
 
-// goTool is the go command that runs this test.
+// goTool is the go command that runs this test: go test puts its own
+// GOROOT/bin first on the test's PATH.
 func goTool(t *testing.T) string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal("no go command to build rollstore with")
 	}
 	return p
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // checkingProxy forwards to target through rt. Small JSON and NDJSON

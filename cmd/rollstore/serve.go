@@ -317,11 +317,14 @@ func (c *serveConfig) validate() error {
 	positive("max-inflight-payload", e.MaxPayloadInFlight)
 	positive("write-max-pending-per-shard", int64(e.WriteMaxPendingGens))
 	positive("write-max-pending", int64(e.WriteMaxPendingTotal))
+	// Zero would not disable these: the engine would take its default.
+	positive("payload-cache-max-item", e.PayloadCacheMaxItem)
 	p.check(s.MaxConcurrentUploads <= s.MaxConcurrentRequests, opt("max-concurrent-uploads"), "%d exceeds %s %d", s.MaxConcurrentUploads, opt("max-concurrent-requests"), s.MaxConcurrentRequests)
 	positive("sweep-every", int64(s.SweepEvery))
 	positive("retain-versions", int64(e.RetainVersions))
 	positiveDur := func(name string, d time.Duration) { p.check(d > 0, opt(name), "must be positive, got %v", d) }
 	positiveDur("generation-max-age", e.GenMaxAge)
+	positiveDur("writer-idle-after", e.IdleAfter)
 	positiveDur("drain-timeout", s.DrainTimeout)
 	// A zero orphan grace would sweep the payload of an upload in progress.
 	positiveDur("orphan-grace", e.OrphanGrace)

@@ -54,6 +54,10 @@ class Record:
     reward: Optional[float] = None
     policy_version: str = ""
     metadata: Any = None
+    # For a payload stored as an object of its own (above the server's
+    # inline limit): that object's full name in the store, the blob name in
+    # the container or the path under the local data folder. "" if inline.
+    payload_ref: str = ""
     created: Optional[bool] = None
 
     @classmethod
@@ -64,7 +68,7 @@ class Record:
             payload_sha256=d["payload_sha256"], problem_id=d.get("problem_id", ""),
             role=d.get("role", ""), content_type=d.get("content_type", ""),
             reward=d.get("reward"), policy_version=d.get("policy_version", ""),
-            metadata=d.get("metadata"), created=created,
+            metadata=d.get("metadata"), payload_ref=d.get("payload_ref", ""), created=created,
         )
 
 

@@ -1,8 +1,8 @@
 """Tests of the Python client against a real `rollstore serve`.
 
 They need ROLLSTORE_TEST_URL (and, as the server is started,
-ROLLSTORE_TEST_TOKEN, ROLLSTORE_TEST_DIRECT_URL,
-ROLLSTORE_TEST_MAX_CONCURRENT): `go test ./cmd/rollstore -run
+ROLLSTORE_TEST_TOKEN, ROLLSTORE_TEST_DIRECT_URL, ROLLSTORE_TEST_DATA_DIR,
+ROLLSTORE_TEST_MAX_UPLOADS): `go test ./cmd/rollstore -run
 TestPythonClient` builds the binary, serves a temporary folder with those
 settings, puts an OpenAPI-validating proxy in front of it
 (ROLLSTORE_TEST_URL) and runs `python3 -m unittest discover -s tests` here.
@@ -29,7 +29,8 @@ from rollstore.errors import error_from_response, parse_retry_after  # noqa: E40
 URL = os.environ.get("ROLLSTORE_TEST_URL", "")
 DIRECT = os.environ.get("ROLLSTORE_TEST_DIRECT_URL", URL)
 TOKEN = os.environ.get("ROLLSTORE_TEST_TOKEN") or None
-MAX_CONCURRENT = int(os.environ.get("ROLLSTORE_TEST_MAX_CONCURRENT", "0"))
+DATA_DIR = os.environ.get("ROLLSTORE_TEST_DATA_DIR", "")
+MAX_UPLOADS = int(os.environ.get("ROLLSTORE_TEST_MAX_UPLOADS", "0"))
 
 try:
     import pyarrow  # noqa: F401
@@ -242,6 +243,15 @@ class Rollouts(ServerTest):
         self.assertEqual(c.read_payload(t, "empty"), b"")
         for id, want in [("file", big[1000:]), ("bytesio", big), ("chunked", big), ("pipe", big[:200_000]), ("sized", big[:5000])]:
             self.assertEqual(c.read_payload(t, id), want, id)
+        # A payload past the inline limit is an object of its own, which
+        # payload_ref names: under a local store, a file of the data folder
+        # holding exactly the payload. An inline one has none.
+        ref = c.get(t, "bytesio").payload_ref
+        self.assertTrue(ref.startswith(t + "/"), ref)
+        if DATA_DIR:
+            with open(os.path.join(DATA_DIR, ref), "rb") as f:
+                self.assertEqual(f.read(), big)
+        self.assertEqual(c.get(t, "sized").payload_ref, "")
 
     def test_payload_ranges_and_streaming(self):
         c = self.c
@@ -453,16 +463,17 @@ class Auth(unittest.TestCase):
 
 @needs_server
 class Overload(unittest.TestCase):
-    @unittest.skipUnless(MAX_CONCURRENT, "ROLLSTORE_TEST_MAX_CONCURRENT is not set")
+    @unittest.skipUnless(MAX_UPLOADS, "ROLLSTORE_TEST_MAX_UPLOADS is not set")
     def test_overloaded_with_retry_after(self):
         c = rollstore.Client(URL, token=TOKEN)
         self.addCleanup(c.close)
         t = fresh_table(c)
-        # Hold every request slot with uploads that sent their headers and
-        # one chunk of body, straight to the server.
+        # Hold every upload slot (--max-concurrent-uploads) with uploads
+        # that sent their headers and one chunk of body, straight to the
+        # server.
         u = urllib.parse.urlsplit(DIRECT)
         held = []
-        for i in range(MAX_CONCURRENT):
+        for i in range(MAX_UPLOADS):
             conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
             conn.putrequest("PUT", "/v1/tables/%s/rollouts/held-%d" % (t, i))
             conn.putheader("Rollstore-Record", '{"rollout_id":"held"}')
@@ -475,12 +486,18 @@ class Overload(unittest.TestCase):
         try:
             # Wait until the server counts them all (a state, not a guess).
             deadline = time.monotonic() + 20
-            while "rollstore_http_requests_in_flight %d" % MAX_CONCURRENT not in c.metrics():
+            while "rollstore_http_requests_in_flight %d" % MAX_UPLOADS not in c.metrics():
                 self.assertLess(time.monotonic(), deadline, "the held uploads were never all in flight")
                 time.sleep(0.02)
+            # One more upload is refused, with Retry-After ...
             with self.assertRaises(rollstore.Overloaded) as cm:
-                c.get(t, "held-0")
+                c.put(t, "one-more", b"refused", rollout_id="r")
             self.assertEqual((cm.exception.status, cm.exception.code, cm.exception.retry_after), (503, "overloaded", 1.0))
+            self.assertIn("uploads", cm.exception.message)
+            # ... while reads keep the request slots uploads cannot take.
+            with self.assertRaises(rollstore.NotFound):
+                c.get(t, "held-0")  # not stored until its body ends
+            self.assertEqual(c.tables().count(t), 1)
             self.assertTrue(c.health())  # probes are not limited
         finally:
             for conn in held:

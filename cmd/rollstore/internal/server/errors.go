@@ -50,6 +50,7 @@ const (
 	codeStoreAuth        = "store_auth"
 	codeStoreNotFound    = "store_not_found"
 	codeStoreDown        = "store_unavailable"
+	codeOutcomeUnknown   = "outcome_unknown"
 	codeCanceled         = "canceled"
 	codeInternal         = "internal"
 )
@@ -151,8 +152,22 @@ func classify(err error) outcome {
 		return outcome{http.StatusConflict, codeConflict, false}
 	case errors.Is(err, engine.ErrInvalidName), errors.Is(err, engine.ErrInvalid):
 		return outcome{http.StatusBadRequest, codeInvalidArgument, false}
+	case errors.Is(err, engine.ErrMissingFile) && !errors.Is(err, context.Canceled):
+		// The engine's verdict after its bounded retries, which may carry
+		// every attempt's failure (a throttled or timed-out one among
+		// them): the file stayed missing, whatever else went wrong.
+		return outcome{http.StatusInternalServerError, codeMissingFile, false}
 	case errors.Is(err, engine.ErrOverloaded):
 		return outcome{http.StatusServiceUnavailable, codeOverloaded, true}
+	case errors.Is(err, engine.ErrTooSlow):
+		// Nothing was written and the append may be retried: the server
+		// took too long, not the client.
+		return outcome{http.StatusServiceUnavailable, codeTimeout, true}
+	case errors.Is(err, engine.ErrOutcomeUnknown) && !errors.Is(err, context.Canceled):
+		// Before the store's errors it wraps: what the client must know
+		// is that the write may have landed, and that an identical retry
+		// is answered from what did.
+		return outcome{http.StatusServiceUnavailable, codeOutcomeUnknown, true}
 	case errors.Is(err, objstore.ErrThrottled):
 		return outcome{http.StatusServiceUnavailable, codeThrottled, true}
 	case errors.Is(err, objstore.ErrUnavailable):
@@ -167,12 +182,12 @@ func classify(err error) outcome {
 		return outcome{http.StatusServiceUnavailable, codeMergerBusy, true}
 	case errors.Is(err, engine.ErrClosed):
 		return outcome{http.StatusServiceUnavailable, codeUnavailable, true}
-	case errors.Is(err, engine.ErrMissingFile), errors.Is(err, objstore.ErrNotFound):
+	case errors.Is(err, objstore.ErrNotFound):
 		// The engine turns a reclaimed file into a retry, and one that
 		// stays missing into ErrMissingFile; a bare store ErrNotFound that
 		// got this far is the same condition and never a 404.
 		return outcome{http.StatusInternalServerError, codeMissingFile, false}
-	case errors.Is(err, rowfile.ErrCorrupt):
+	case errors.Is(err, rowfile.ErrCorrupt), errors.Is(err, engine.ErrCorruptObject):
 		return outcome{http.StatusInternalServerError, codeCorrupt, false}
 	case errors.Is(err, objstore.ErrAuth):
 		return outcome{http.StatusBadGateway, codeStoreAuth, false}

@@ -14,14 +14,21 @@ import (
 	"github.com/rollstore/rollstore/objstore"
 )
 
-func TestClassify(t *testing.T) {
-	wrap := func(err error) error { return fmt.Errorf("context: %w", err) }
-	for _, c := range []struct {
-		err    error
-		status int
-		code   string
-		retry  bool
-	}{
+// classifyCase is an error and the answer classify must give it.
+type classifyCase struct {
+	err    error
+	status int
+	code   string
+	retry  bool
+}
+
+func wrapped(err error) error { return fmt.Errorf("context: %w", err) }
+
+// classifyCases are every error the server maps: the engine's, the
+// store's, and its own.
+func classifyCases() []classifyCase {
+	wrap := wrapped
+	return []classifyCase{
 		{engine.ErrTableNotFound, 404, codeTableNotFound, false},
 		{engine.ErrNotFound, 404, codeNotFound, false},
 		{engine.ErrNoVersion, 404, codeVersionNotFound, false},
@@ -42,11 +49,23 @@ func TestClassify(t *testing.T) {
 		{engine.ErrShardOwned, 503, codeShardOwned, true},
 		{engine.ErrMergerBusy, 503, codeMergerBusy, true},
 		{engine.ErrClosed, 503, codeUnavailable, true},
+		{fmt.Errorf("%w: its payload upload began long ago", engine.ErrTooSlow), 503, codeTimeout, true},
+		// A write that may have landed says so, whatever store error it
+		// wraps (a lost condition or a missing head would otherwise be a
+		// 500).
+		{fmt.Errorf("%w: swapping the head: %w", engine.ErrOutcomeUnknown, objstore.ErrPrecondition), 503, codeOutcomeUnknown, true},
+		{fmt.Errorf("%w: swapping the head: %w", engine.ErrOutcomeUnknown, objstore.ErrNotFound), 503, codeOutcomeUnknown, true},
+		{fmt.Errorf("%w: swapping the head: %w", engine.ErrOutcomeUnknown, objstore.ErrUnavailable), 503, codeOutcomeUnknown, true},
+		{fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, context.Canceled), statusClientClosed, codeCanceled, false},
 		// A missing file is a 500 that says so, never a 404, even though
 		// it wraps the store's not-found.
 		{fmt.Errorf("%w: k after 3 attempts: %w", engine.ErrMissingFile, objstore.ErrNotFound), 500, codeMissingFile, false},
 		{objstore.ErrNotFound, 500, codeMissingFile, false},
+		// The engine may report every attempt's failure under its verdict.
+		{fmt.Errorf("%w: k after 3 attempts: %w", engine.ErrMissingFile, errors.Join(objstore.ErrThrottled, context.DeadlineExceeded, objstore.ErrNotFound)),
+			500, codeMissingFile, false},
 		{rowfile.ErrCorrupt, 500, codeCorrupt, false},
+		{fmt.Errorf("%w: base manifest 3 claims version 4", engine.ErrCorruptObject), 500, codeCorrupt, false},
 		{objstore.ErrAuth, 502, codeStoreAuth, false},
 		{objstore.ErrContainerNotFound, 502, codeStoreNotFound, false},
 		{context.DeadlineExceeded, 503, codeTimeout, true},
@@ -64,8 +83,12 @@ func TestClassify(t *testing.T) {
 		{&positionError{what: "line", n: 3, err: engine.ErrInvalid}, 400, codeInvalidArgument, false},
 		{badRequest("x"), 400, codeInvalidArgument, false},
 		{newError(503, codeDraining, "x"), 503, codeDraining, true},
-	} {
-		for _, err := range []error{c.err, wrap(c.err)} {
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, c := range classifyCases() {
+		for _, err := range []error{c.err, wrapped(c.err)} {
 			o := classify(err)
 			if o.status != c.status || o.code != c.code || o.retry != c.retry {
 				t.Errorf("classify(%v) = %+v, want %d %s retry=%v", err, o, c.status, c.code, c.retry)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -81,5 +82,13 @@ func TestPayloadRefNamesTheObject(t *testing.T) {
 	}
 	for _, rec := range page.Records {
 		check("list "+rec.ID, rec.ID, rec.PayloadRef)
+	}
+	// The Go client hands it out too.
+	for _, id := range []string{"merged", "pending", "inline"} {
+		rec, err := e.client.Get(context.Background(), "t", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("client.Get "+id, id, rec.PayloadRef)
 	}
 }

@@ -134,6 +134,10 @@ func TestStoredOutOfRangeCreatedAtStillReads(t *testing.T) {
 	if !strings.Contains(string(l.body), `"id":"old"`) {
 		t.Fatalf("list %s", l.body)
 	}
+	// The Go client reads it too, to the stored time.
+	if rec, err := e.client.Get(ctx, "t", "old"); err != nil || !rec.CreatedAt.Equal(time.UnixMicro(9e18)) {
+		t.Errorf("client.Get: created_at %v, %v", rec.CreatedAt, err)
+	}
 }
 
 // TestRecordJSONIsStrict: what encoding/json would silently change is
