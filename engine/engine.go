@@ -58,7 +58,8 @@ var (
 	ErrInvalidName = layout.ErrInvalidName
 	// ErrShardOwned: another live process holds the shard's lease.
 	ErrShardOwned = errors.New("shard is owned by another writer")
-	// ErrMergerBusy: another merger holds the table's merger lease.
+	// ErrMergerBusy: another merger holds the table's merger lease, or a
+	// merge kept losing its commit to concurrent work and gave up; retry.
 	ErrMergerBusy = errors.New("another merger is running")
 )
 

@@ -86,7 +86,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 	var again error // why the last attempt started over
 	for attempt := 0; ; attempt++ {
 		if attempt == maxCommitAttempts {
-			return res, fmt.Errorf("merge of %s: started over %d times in a row, the last because: %w", t.Name(), attempt, again)
+			return res, fmt.Errorf("%w: merge of %s started over %d times in a row, the last because: %w", ErrMergerBusy, t.Name(), attempt, again)
 		}
 		if err := t.live(); err != nil {
 			return res, err

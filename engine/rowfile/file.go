@@ -240,16 +240,31 @@ func Encode(rows []Record, opts Options) ([]byte, *Layout, error) {
 		}
 	}()
 
-	data, hdr, blocks, err := writeFile(Schema, recs)
-	if err != nil {
-		return nil, nil, err
+	// Memory is the rows, their Arrow batches and one buffer of the file's
+	// size: an embedded layout needs the batches' offsets before the
+	// header is written, so a first pass only counts bytes.
+	var data []byte
+	var hdr int64
+	var blocks [][2]int64
+	var err error
+	if !opts.EmbedLayout {
+		data, _, hdr, blocks, err = writeFile(Schema, recs, encodedSizeHint(sorted))
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	var size int64
+	if opts.EmbedLayout {
+		if _, size, hdr, blocks, err = writeFile(Schema, recs, -1); err != nil {
+			return nil, nil, err
+		}
 	}
 	lay := layoutOf(chunks, blocks, hdr) // relative to the end of the header
 	if opts.EmbedLayout {
 		enc := base64.StdEncoding.EncodeToString(MarshalLayout(lay))
 		var hdr2 int64
 		var blocks2 [][2]int64
-		data, hdr2, blocks2, err = writeFile(schemaWith([]string{MetaLayout}, []string{enc}), recs)
+		data, _, hdr2, blocks2, err = writeFile(schemaWith([]string{MetaLayout}, []string{enc}), recs, int(size)+len(enc)+1024)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -276,40 +291,77 @@ func Encode(rows []Record, opts Options) ([]byte, *Layout, error) {
 }
 
 // writeFile encodes recs as an IPC file with schema sc. It returns the
-// bytes, the header length (magic and schema message) and each batch's
-// [offset, length).
-func writeFile(sc *arrow.Schema, recs []arrow.RecordBatch) ([]byte, int64, [][2]int64, error) {
-	var buf bytes.Buffer
-	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(sc), ipc.WithAllocator(memory.DefaultAllocator))
+// bytes (nil when sizeHint < 0: then it only measures), the file's size,
+// the header length (magic and schema message) and each batch's [offset,
+// length). sizeHint >= 0 sizes the buffer up front.
+func writeFile(sc *arrow.Schema, recs []arrow.RecordBatch, sizeHint int) ([]byte, int64, int64, [][2]int64, error) {
+	out := &sink{keep: sizeHint >= 0}
+	if out.keep {
+		out.buf = make([]byte, 0, sizeHint)
+	}
+	w, err := ipc.NewFileWriter(out, ipc.WithSchema(sc), ipc.WithAllocator(memory.DefaultAllocator))
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, 0, nil, err
 	}
 	var hdr int64
 	blocks := make([][2]int64, len(recs))
 	for i, rec := range recs {
-		before := int64(buf.Len())
+		before := out.n
 		if err := w.Write(rec); err != nil {
-			return nil, 0, nil, fmt.Errorf("rowfile: encode: %w", err)
+			return nil, 0, 0, nil, fmt.Errorf("rowfile: encode: %w", err)
 		}
 		if i == 0 {
 			// The header is written lazily with the first batch.
-			hdr, err = headerLength(buf.Bytes())
+			hdr, err = headerLength(out.buf)
 			if err != nil {
-				return nil, 0, nil, err
+				return nil, 0, 0, nil, err
 			}
 			before = hdr
 		}
-		blocks[i] = [2]int64{before, int64(buf.Len()) - before}
+		blocks[i] = [2]int64{before, out.n - before}
 	}
 	if err := w.Close(); err != nil {
-		return nil, 0, nil, fmt.Errorf("rowfile: encode: %w", err)
+		return nil, 0, 0, nil, fmt.Errorf("rowfile: encode: %w", err)
 	}
 	if len(recs) == 0 {
-		if hdr, err = headerLength(buf.Bytes()); err != nil {
-			return nil, 0, nil, err
+		if hdr, err = headerLength(out.buf); err != nil {
+			return nil, 0, 0, nil, err
 		}
 	}
-	return buf.Bytes(), hdr, blocks, nil
+	if !out.keep {
+		return nil, out.n, hdr, blocks, nil
+	}
+	return out.buf, out.n, hdr, blocks, nil
+}
+
+// sink collects what writeFile writes, or (keep false) counts it and keeps
+// only the first bytes, enough to parse the header.
+type sink struct {
+	buf  []byte
+	n    int64
+	keep bool
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	switch {
+	case s.keep:
+		s.buf = append(s.buf, p...)
+	case len(s.buf) < 16:
+		s.buf = append(s.buf, p[:min(len(p), 16-len(s.buf))]...)
+	}
+	s.n += int64(len(p))
+	return len(p), nil
+}
+
+// encodedSizeHint estimates a file's size from its rows, generously: a
+// buffer that has to grow holds up to twice the file while it does.
+func encodedSizeHint(rows []*Record) int {
+	n := 64 << 10 // header, footer, per-batch metadata and padding
+	for _, r := range rows {
+		n += len(r.Payload) + len(r.Metadata) + len(r.ID) + len(r.RolloutID) + len(r.ProblemID) +
+			len(r.Role) + len(r.ContentType) + len(r.PolicyVersion) + len(r.PayloadRef) + 160
+	}
+	return n
 }
 
 // headerLength parses the length of a file's header: 8 bytes of magic and
