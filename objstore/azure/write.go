@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -157,17 +158,73 @@ func (b *Bucket) putUnconditional(ctx context.Context, key string, r io.Reader, 
 		r = io.MultiReader(bytes.NewReader(data), r)
 	}
 
-	cr := &countingReader{r: r}
-	resp, err := client.UploadStream(ctx, cr, &blockblob.UploadStreamOptions{
-		BlockSize:   b.blockSize,
-		Concurrency: b.concurrency,
-		Metadata:    md,
-		HTTPHeaders: headers(opts.ContentType),
-	})
+	ids, size, err := b.stageBlocks(ctx, client, r)
 	if err != nil {
 		return objstore.Attrs{}, mapError(opPut, key, err)
 	}
-	return putAttrs(key, cr.n, resp.ETag, resp.LastModified, opts), nil
+	resp, err := client.CommitBlockList(ctx, ids, &blockblob.CommitBlockListOptions{Metadata: md, HTTPHeaders: headers(opts.ContentType)})
+	if err != nil {
+		return objstore.Attrs{}, mapError(opPut, key, err)
+	}
+	return putAttrs(key, size, resp.ETag, resp.LastModified, opts), nil
+}
+
+// stageBlocks uploads r as blocks of blockSize, up to concurrency at a
+// time, and returns their ids in order and the bytes read; nothing is
+// visible until the ids are committed. Memory is concurrency blocks.
+//
+// Not the SDK's UploadStream: it stages from buffers it unmaps when it
+// returns, while net/http may still be writing a request body whose answer
+// came early (a 404 for a missing container), which crashes the process.
+// Blocks here are Go memory, alive as long as anything reads them.
+func (b *Bucket) stageBlocks(ctx context.Context, client *blockblob.Client, r io.Reader) ([]string, int64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	prefix := newCommitID() // ids of one blob must all have the same length
+	var (
+		ids  []string
+		size int64
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, max(1, b.concurrency))
+	)
+	for n := 0; ; n++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		buf := make([]byte, b.blockSize)
+		got, err := io.ReadFull(r, buf)
+		if got > 0 {
+			id := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "%s-%08d", prefix, n))
+			ids = append(ids, id)
+			size += int64(got)
+			wg.Add(1)
+			go func(block []byte) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if _, err := client.StageBlock(ctx, id, nopCloser{bytes.NewReader(block)}, nil); err != nil {
+					cancel(err)
+				}
+			}(buf[:got])
+		} else {
+			<-sem
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			cancel(fmt.Errorf("reading body: %w", err))
+			break
+		}
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, 0, err
+	}
+	return ids, size, nil
 }
 
 func putAttrs(key string, size int64, etag *azcore.ETag, mod *time.Time, opts objstore.PutOptions) objstore.Attrs {
@@ -292,17 +349,6 @@ func (s *section) Close() error { return nil }
 type nopCloser struct{ io.ReadSeeker }
 
 func (nopCloser) Close() error { return nil }
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
 
 // Delete removes the object; a missing object is success.
 func (b *Bucket) Delete(ctx context.Context, key string) error {

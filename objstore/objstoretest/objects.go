@@ -153,6 +153,50 @@ func testLarge(t *testing.T, b objstore.Bucket) {
 	checkBytes(t, "GetRange(large/unknown, size-100, -1)", readAll(t, rc), data[size-100:])
 }
 
+// testFailedBody: a body that fails midway, past the first blocks of a
+// streamed upload, leaves no object and no trace of it under its key, and
+// the Put reports the reader's error.
+func testFailedBody(t *testing.T, b objstore.Bucket) {
+	ctx := t.Context()
+	errBody := errors.New("the client went away")
+	for _, c := range []struct {
+		name string
+		opts objstore.PutOptions
+	}{
+		{"unknown size", objstore.PutOptions{Size: -1}},
+		{"known size", objstore.PutOptions{Size: 12 << 20}},
+		{"create-if-absent", objstore.PutOptions{Size: -1, IfNotExists: true}},
+	} {
+		key := "failed/" + strings.ReplaceAll(c.name, " ", "-")
+		body := &failingReader{r: bytes.NewReader(noise(6, 12<<20)), after: 9 << 20, err: errBody}
+		_, err := b.Put(ctx, key, body, c.opts)
+		if !errors.Is(err, errBody) && !errors.Is(err, objstore.ErrTooLarge) {
+			t.Errorf("%s: Put of a failing body: %v, want the body's error", c.name, err)
+		}
+		checkMissing(t, b, key)
+	}
+}
+
+// failingReader returns err once it has given after bytes.
+type failingReader struct {
+	r     *bytes.Reader
+	after int64
+	read  int64
+	err   error
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.read >= f.after {
+		return 0, f.err
+	}
+	if rest := f.after - f.read; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := f.r.Read(p)
+	f.read += int64(n)
+	return n, err
+}
+
 func testRange(t *testing.T, b objstore.Bucket) {
 	ctx := t.Context()
 	const key = "range/object"

@@ -93,6 +93,7 @@ func cases(c config) []testCase {
 		{"PutGet", testPutGet},
 		{"Empty", testEmpty},
 		{"Large", testLarge},
+		{"FailedBody", testFailedBody},
 		{"Range", testRange},
 		{"Metadata", testMetadata},
 		{"ContentType", testContentType},
