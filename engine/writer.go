@@ -28,12 +28,9 @@ type shardWriter struct {
 	// recent holds rows this writer committed to its open generation, to
 	// refuse a conflicting second write of the same id on this shard even
 	// when the two race with the existence check.
-	recent map[string]*Record
-	gen    uint64 // the open generation, read by payload uploads
-	// sealed counts seals; a submit whose existence check predates a seal
-	// (which clears recent) checks again.
-	sealed  uint64
-	err     error // sticky: fenced, failed or closed
+	recent  map[string]*Record
+	gen     uint64 // the open generation, read by payload uploads
+	err     error  // sticky: fenced, failed or closed
 	wake    sched.Event
 	flushes []*flushReq
 	quit    bool
@@ -57,6 +54,12 @@ type appendReq struct {
 	uploaded time.Time
 	done     sched.Event
 	err      error
+	// Set by the commit's check (checkBatch): what each row's append
+	// answers, the rows to write (those not visible yet), and whether the
+	// request was refused before anything of it was written.
+	results []AppendResult
+	write   []*Record
+	refused bool
 }
 
 type flushReq struct {
@@ -241,11 +244,12 @@ func (w *shardWriter) currentGen() uint64 {
 
 // submit queues rows (one append, or one all-or-nothing batch, which is
 // committed in a single segment) and waits until they are durable. Another
-// append of the same id in flight is waited for, then compared: an
+// append of the same id in flight here is waited for, then compared: an
 // identical retry succeeds without a second row, different content is a
-// conflict. recs must be free of duplicate ids.
+// conflict. Rows already visible anywhere are found by the commit's check
+// (see checkBatch). recs must be free of duplicate ids.
 //
-// queued reports whether the rows reached the commit queue. After that a
+// queued reports whether the rows may have been written. After that a
 // failure may leave their outcome unknown, so the caller must leave their
 // payload objects to the orphan sweep, which checks references.
 func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.Time) (results []AppendResult, queued bool, err error) {
@@ -253,58 +257,25 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.
 	rt := w.t.db.rt
 	for {
 		w.mu.Lock()
-		epoch := w.sealed
-		w.mu.Unlock()
-		// Rows visible to a read beginning now: the base or any shard's WAL.
-		existing, snap, err := w.t.lookupMany(ctx, recs)
-		if err != nil {
-			return nil, false, err
-		}
-		if err := w.t.db.point(ctx, "write:checked"); err != nil {
-			return nil, false, err
-		}
-		var todo []*Record
-		var idx []int
-		for i, rec := range recs {
-			if existing[i] == nil {
-				todo = append(todo, rec)
-				idx = append(idx, i)
-				continue
-			}
-			r, err := w.compare(existing[i], rec)
-			if err != nil {
-				return nil, false, &BatchError{Index: i, Err: err}
-			}
-			results[i] = r
-		}
-		if len(todo) == 0 {
-			return results, false, nil
-		}
-		if err := w.t.backpressure(snap, w.shard); err != nil {
-			w.t.db.stats.AppendBackpressure.Add(1)
-			return nil, false, err
-		}
-		w.mu.Lock()
 		if w.err != nil {
 			err := w.err
 			w.mu.Unlock()
 			return nil, false, err
 		}
-		if w.sealed != epoch {
-			w.mu.Unlock()
-			continue // recent was cleared after our check: check again
-		}
 		var wait *appendReq
 		var fresh []*Record
 		var freshIdx []int
-		for j, rec := range todo {
+		for i, rec := range recs {
+			if results[i].Record != nil {
+				continue // answered on an earlier round
+			}
 			if prev := w.recent[rec.ID]; prev != nil {
 				r, err := w.compare(prev, rec)
 				if err != nil {
 					w.mu.Unlock()
-					return nil, false, &BatchError{Index: idx[j], Err: err}
+					return nil, false, &BatchError{Index: i, Err: err}
 				}
-				results[idx[j]] = r
+				results[i] = r
 				continue
 			}
 			if prev := w.inflight[rec.ID]; prev != nil {
@@ -312,7 +283,7 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.
 				break
 			}
 			fresh = append(fresh, rec)
-			freshIdx = append(freshIdx, idx[j])
+			freshIdx = append(freshIdx, i)
 		}
 		if wait != nil {
 			w.mu.Unlock()
@@ -340,12 +311,20 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.
 			return nil, true, err
 		}
 		if req.err != nil {
-			return nil, true, req.err
+			var be *BatchError
+			if errors.As(req.err, &be) {
+				return nil, !req.refused, &BatchError{Index: freshIdx[be.Index], Err: be.Err}
+			}
+			return nil, !req.refused, req.err
 		}
-		for j, rec := range fresh {
-			results[freshIdx[j]] = AppendResult{Record: rec, Created: true}
+		created := 0
+		for j, r := range req.results {
+			results[freshIdx[j]] = r
+			if r.Created {
+				created++
+			}
 		}
-		w.t.db.stats.Appends.Add(int64(len(fresh)))
+		w.t.db.stats.Appends.Add(int64(created))
 		return results, true, nil
 	}
 }
@@ -527,9 +506,16 @@ func (w *shardWriter) commitNext(ctx context.Context) bool {
 		}
 		batch = keep
 	}
+	answered := w.checkBatch(ctx, batch)
+	var writes []*appendReq
+	for _, req := range answered {
+		if req.err == nil && len(req.write) > 0 {
+			writes = append(writes, req)
+		}
+	}
 	var err error
-	if len(batch) > 0 {
-		err = w.writeSegment(ctx, batch)
+	if len(writes) > 0 {
+		err = w.writeSegment(ctx, writes)
 	}
 	w.mu.Lock()
 	for _, req := range stale {
@@ -539,14 +525,18 @@ func (w *shardWriter) commitNext(ctx context.Context) bool {
 		}
 		req.done.Fire()
 	}
-	for _, req := range batch {
-		req.err = err
-		for _, rec := range req.recs {
-			if err == nil {
+	for _, req := range answered {
+		if req.err == nil && len(req.write) > 0 {
+			req.err = err
+		}
+		for _, rec := range req.write {
+			if req.err == nil {
 				kept := *rec
 				kept.Payload = nil // compared by checksum; do not pin the bytes
 				w.recent[rec.ID] = &kept
 			}
+		}
+		for _, rec := range req.recs {
 			delete(w.inflight, rec.ID)
 		}
 		req.done.Fire()
@@ -558,6 +548,62 @@ func (w *shardWriter) commitNext(ctx context.Context) bool {
 	return true
 }
 
+// checkBatch decides, for the requests of one commit, what is already
+// visible: one lookup, whose refresh (when the resident view does not
+// answer) begins after every request was queued, so it sees every row
+// acknowledged anywhere before each append began. A row visible with the
+// same content is an identical retry (answered, not written again); with
+// other content it is a conflict, which refuses its whole request. The
+// merge backlog is checked on the same view. Requests refused here wrote
+// nothing (refused is set). One check per commit, not per append: group
+// commit shares it like the segment and the head swap.
+func (w *shardWriter) checkBatch(ctx context.Context, batch []*appendReq) []*appendReq {
+	var all []*Record
+	for _, req := range batch {
+		all = append(all, req.recs...)
+	}
+	if len(all) == 0 {
+		return batch
+	}
+	existing, snap, err := w.t.lookupMany(ctx, all)
+	if err == nil {
+		err = w.t.db.point(ctx, "write:checked")
+	}
+	if err == nil {
+		if err = w.t.backpressure(snap, w.shard); err != nil {
+			w.t.db.stats.AppendBackpressure.Add(int64(len(batch)))
+		}
+	}
+	i := 0
+	for _, req := range batch {
+		found := existing
+		if found != nil {
+			found = existing[i : i+len(req.recs)]
+		}
+		i += len(req.recs)
+		if err != nil {
+			req.err, req.refused = err, true
+			continue
+		}
+		req.results = make([]AppendResult, len(req.recs))
+		req.write = nil
+		for j, rec := range req.recs {
+			if found[j] == nil {
+				req.results[j] = AppendResult{Record: rec, Created: true}
+				req.write = append(req.write, rec)
+				continue
+			}
+			r, cerr := w.compare(found[j], rec)
+			if cerr != nil {
+				req.err, req.refused = &BatchError{Index: j, Err: cerr}, true
+				break
+			}
+			req.results[j] = r
+		}
+	}
+	return batch
+}
+
 // writeSegment commits one segment: it writes the segment (create-if-absent,
 // at the next number of the open generation), then swaps the head to count
 // it. Only the swap makes the segment part of the generation; a writer that
@@ -566,7 +612,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	t := w.t
 	var rows []rowfile.Record
 	for _, req := range batch {
-		for _, rec := range req.recs {
+		for _, rec := range req.write {
 			rows = append(rows, *rec)
 		}
 	}
@@ -725,7 +771,6 @@ func (w *shardWriter) rotate(ctx context.Context, next bool) error {
 	// Rows of sealed generations are visible to every fresh read through
 	// the seal record, so the in-memory guard can start over.
 	clear(w.recent)
-	w.sealed++
 	w.mu.Unlock()
 	w.segs, w.genBytes = nil, 0
 	if !next {
