@@ -32,9 +32,13 @@
 //     fixed by the swap that claimed it; generations are numbered
 //     contiguously; g+1 exists only once g is sealed and its seal record
 //     written.
-//  3. Commit. A group commit writes segment n+1 of its generation
+//  3. Commit. A group commit first checks its rows against a view
+//     refreshed after every one of its appends began (one check for the
+//     group: a row visible anywhere with the same content is an identical
+//     retry, with other content a conflict, refused before anything is
+//     written). It then writes segment n+1 of its generation
 //     (create-if-absent; the segment carries its row layout in its Arrow
-//     header), then swaps the head from count n to n+1, and only then
+//     header), swaps the head from count n to n+1, and only then
 //     acknowledges. Keeps: a segment is part of its generation exactly
 //     when a head swap counted it. A segment written but never counted (a
 //     zombie's late write, a writer that stopped between the two steps) is
