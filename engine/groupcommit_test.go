@@ -103,3 +103,31 @@ func waitQueued(t *testing.T, tb *Table, n int) {
 		}
 	}
 }
+
+// TestManyWritersRegisterAtOnce: writers of many shards starting together
+// (a StatefulSet rolled) all register, whatever their collisions on the
+// registry's compare-and-swap, and every row is acknowledged and read back.
+func TestManyWritersRegisterAtOnce(t *testing.T) {
+	fb := faulty.New(memory.New())
+	newEnv(t, fb, testConfig("")) // creates the table
+	// Slow registry round trips widen every collision window.
+	fb.Latency(faulty.OpAny, faulty.KeyContains("_registry.json"), 3*time.Millisecond, faulty.Always())
+	const n = 24
+	var envs []*env
+	for i := range n {
+		envs = append(envs, newEnv(t, fb, testConfig(fmt.Sprintf("s%02d", i))))
+	}
+	var results []chan error
+	for i, e := range envs {
+		id := fmt.Sprintf("row-%02d", i)
+		results = append(results, await(func() error { return appendID(e.tb, id) }))
+	}
+	want := map[string]int{}
+	for i, ch := range results {
+		if err := <-ch; err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+		want[fmt.Sprintf("row-%02d", i)] = 100
+	}
+	checkAll(t, newEnv(t, fb, testConfig("")).tb, want)
+}

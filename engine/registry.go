@@ -114,8 +114,11 @@ func updateRegistry(ctx context.Context, db *DB, inc layout.Inc, fn func(r *regi
 		if attempt == 50 {
 			return nil, fmt.Errorf("registry of %s: %d compare-and-swap attempts lost: %w", inc.Table(), attempt+1, err)
 		}
-		// Someone else changed it: back off a little, at random, and retry.
-		backoff := time.Duration(1+db.rt.Rand()%uint64(min(1+attempt, 20))) * time.Millisecond
+		// Someone else changed it: back off at random within a window that
+		// doubles (2 ms … 256 ms), so many writers starting at once (a
+		// StatefulSet rolled) spread out instead of colliding in step.
+		window := uint64(2) << min(attempt, 7)
+		backoff := time.Duration(1+db.rt.Rand()%window) * time.Millisecond
 		if _, err := db.rt.Wait(ctx, db.rt.After(backoff)); err != nil {
 			return nil, err
 		}
