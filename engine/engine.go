@@ -408,6 +408,9 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 		if rerr != nil && !errors.Is(rerr, objstore.ErrNotFound) {
 			return rerr
 		}
+		if rerr == nil && old.Incarnation == inc.Name() {
+			return nil // this create's own write, whose answer was lost
+		}
 		dropped, derr := db.incarnationDropped(ctx, lay, old.Incarnation)
 		switch {
 		case errors.Is(rerr, objstore.ErrNotFound):
@@ -420,6 +423,18 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 		}
 		if errors.Is(err, objstore.ErrPrecondition) {
 			err = fmt.Errorf("%w: %s", ErrTableExists, name)
+		}
+	}
+	if err != nil && !errors.Is(err, ErrTableExists) && !errors.Is(err, objstore.ErrPrecondition) {
+		// The outcome may be unknown (a lost answer): the descriptor says.
+		old, _, rerr := db.readDescriptor(ctx, lay)
+		switch {
+		case rerr == nil && old.Incarnation == inc.Name():
+			return nil
+		case rerr != nil && !errors.Is(rerr, objstore.ErrNotFound):
+			// Still unknown: keep the registry, which the table needs if
+			// the descriptor landed (CollectDropped removes an orphan).
+			return fmt.Errorf("creating %s: %w (checking the outcome: %v)", name, err, rerr)
 		}
 	}
 	if err != nil {

@@ -272,7 +272,7 @@ func (t *Table) sealAbandoned(ctx context.Context, shard string, h head) (head, 
 	if _, err := t.sealOf(ctx, shard, hs.Gen, hs.Segs); err != nil {
 		return hs, true, err
 	}
-	if err := setActive(ctx, t.db, t.lay, shard, h.Owner, false, false); err != nil {
+	if err := setActive(ctx, t.db, t.lay, shard, h.Owner, 0, false, false); err != nil {
 		return hs, true, err
 	}
 	return hs, true, nil

@@ -175,7 +175,23 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 // pinnedSnapshot returns the base-only view of version v if v is still
 // retained: ErrVersionGone or ErrNoVersion when its manifest is missing.
 func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error) {
-	if _, err := t.db.store.Head(ctx, t.lay.Version(v)); err != nil {
+	// The version must exist, in the table's incarnation as it is now: a
+	// dropped incarnation's versions are not the table's (its files may
+	// linger until they are collected). Both checks in one round trip.
+	var incErr error
+	checked := t.db.rt.NewEvent()
+	t.db.rt.Go(func() {
+		defer checked.Fire()
+		incErr = t.checkIncarnation(ctx)
+	})
+	_, err := t.db.store.Head(ctx, t.lay.Version(v))
+	if _, werr := t.db.rt.Wait(context.WithoutCancel(ctx), checked); werr != nil {
+		return nil, werr
+	}
+	if incErr != nil {
+		return nil, t.noteGone(incErr)
+	}
+	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			t.pinned.Remove(v)
 			return nil, t.versionMissing(ctx, v)
@@ -198,7 +214,7 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 func (t *Table) versionMissing(ctx context.Context, v uint64) error {
 	// A version missing because this incarnation was dropped says nothing
 	// about the table as it is now.
-	if err := t.checkDescriptor(ctx); err != nil {
+	if err := t.checkIncarnation(ctx); err != nil {
 		return t.noteGone(err)
 	}
 	latest, err := t.latestVersion(ctx, t.snap.Load().version())

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/layout"
@@ -39,9 +40,18 @@ type registry struct {
 // make the shard look idle while its current writer commits; a new owner
 // clears the writers it fenced.
 type shardEntry struct {
-	Active  bool     `json:"active"`
-	Writers []string `json:"writers,omitempty"`
-	Changed uint64   `json:"changed"`
+	Active  bool       `json:"active"`
+	Writers []regEntry `json:"writers,omitempty"`
+	Changed uint64     `json:"changed"`
+}
+
+// regEntry is one registered writer and the generation it claimed when it
+// registered (0: not yet, it is still taking the shard). A new owner
+// removes only entries older than its own claim: the writers it fenced,
+// never one that took the shard after it.
+type regEntry struct {
+	Name string `json:"name"`
+	Gen  uint64 `json:"gen"`
 }
 
 // errDropped reports an incarnation whose registry or head is a drop's
@@ -125,21 +135,25 @@ func updateRegistry(ctx context.Context, db *DB, inc layout.Inc, fn func(r *regi
 	}
 }
 
-// setActive registers writer as active on shard, or removes it. With
-// only, every other writer of the shard is removed too (a new owner, once
-// it fenced them).
-func setActive(ctx context.Context, db *DB, inc layout.Inc, shard, writer string, active, only bool) error {
+// setActive registers writer (claiming gen) as active on shard, or
+// removes it. With only, the shard's entries claimed below gen are
+// removed too: a new owner, once it fenced them. An entry at or above gen
+// belongs to a writer that took the shard after this one (this writer is
+// being fenced and will commit nothing), so it stays: removing it could
+// make the shard look idle while its owner commits.
+func setActive(ctx context.Context, db *DB, inc layout.Inc, shard, writer string, gen uint64, active, only bool) error {
 	_, err := updateRegistry(ctx, db, inc, func(r *registry) bool {
 		e := r.Shards[shard]
-		var ws []string
-		for _, w := range e.Writers {
-			if w != writer && !only {
-				ws = append(ws, w)
+		var ws []regEntry
+		for _, x := range e.Writers {
+			if x.Name == writer || (only && x.Gen < gen) {
+				continue
 			}
+			ws = append(ws, x)
 		}
 		if active {
-			ws = append(ws, writer)
-			slices.Sort(ws)
+			ws = append(ws, regEntry{Name: writer, Gen: gen})
+			slices.SortFunc(ws, func(a, b regEntry) int { return strings.Compare(a.Name, b.Name) })
 		}
 		if _, ok := r.Shards[shard]; ok && slices.Equal(ws, e.Writers) {
 			return false
@@ -191,7 +205,9 @@ func tombstone(ctx context.Context, db *DB, inc layout.Inc) error {
 		if err == nil {
 			return tombstoneHeads(ctx, db, inc, sortedKeys(r.Shards))
 		}
-		if !errors.Is(err, objstore.ErrPrecondition) || attempt == 50 {
+		// Lost to another swap, or failed in a way that may have landed
+		// (a lost answer): read again; a tombstone there is this drop's.
+		if attempt == 50 || (!errors.Is(err, objstore.ErrPrecondition) && (!retryable(err) || attempt >= 5)) {
 			return fmt.Errorf("tombstoning the registry: %w", err)
 		}
 	}

@@ -108,7 +108,15 @@ func (t *Table) writeSeal(ctx context.Context, shard string, gen uint64, segs []
 		t.db.stats.Seals.Add(1)
 		return rec, nil
 	}
-	return t.loadSeal(ctx, shard, gen)
+	// Another writer of the record (a new owner, the merger) was first.
+	// Any record of a sealed generation is equivalent: derived from the
+	// head's count. Gone again means the generation was merged and
+	// reclaimed meanwhile, which completes the seal just as well.
+	got, err := t.loadSeal(ctx, shard, gen)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return rec, nil
+	}
+	return got, err
 }
 
 func (t *Table) loadSeal(ctx context.Context, shard string, gen uint64) (*sealRecord, error) {

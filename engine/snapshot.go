@@ -242,6 +242,11 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64, probeBase bo
 		}
 		return s, err
 	}
+	// Files vanishing attempt after attempt may be a drop deleting the
+	// incarnation: then that is the answer.
+	if reg, _, err := readRegistry(ctx, t.db, t.lay); errors.Is(err, objstore.ErrNotFound) || (err == nil && reg.Dropped) {
+		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
+	}
 	t.db.stats.ReadMissingFile.Add(1)
 	return nil, fmt.Errorf("%w: refreshing %s: %w", ErrMissingFile, t.Name(), lastErr)
 }

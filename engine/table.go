@@ -117,12 +117,22 @@ func (t *Table) noteGone(err error) error {
 // longer names this incarnation (writers check it with each lease renewal,
 // so a writer of a dropped table stops soon even between appends).
 func (t *Table) checkDescriptor(ctx context.Context) error {
+	err := t.checkIncarnation(ctx)
+	if err != nil && !errors.Is(err, errDropped) {
+		return nil // a transient failure proves nothing
+	}
+	return err
+}
+
+// checkIncarnation is checkDescriptor for a caller that must not go on
+// without an answer: a failed check is returned as it is.
+func (t *Table) checkIncarnation(ctx context.Context) error {
 	a, err := t.db.store.Head(ctx, t.tableLay.Descriptor())
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("%w: %s was dropped", errDropped, t.Name())
 	case err != nil:
-		return nil // a transient failure proves nothing
+		return fmt.Errorf("checking the descriptor of %s: %w", t.Name(), err)
 	case a.ETag != t.descETag:
 		// Replaced: dropped and created again (descriptors are written
 		// once per incarnation).

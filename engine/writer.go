@@ -154,7 +154,7 @@ func (t *Table) liveWriter() *shardWriter {
 // writer.
 func (w *shardWriter) recover(ctx context.Context) error {
 	t := w.t
-	if err := setActive(ctx, t.db, t.lay, w.shard, w.id, true, false); err != nil {
+	if err := setActive(ctx, t.db, t.lay, w.shard, w.id, 0, true, false); err != nil {
 		return err
 	}
 	w.active = true
@@ -169,7 +169,7 @@ func (w *shardWriter) recover(ctx context.Context) error {
 				return err
 			}
 			w.open(nh)
-			return nil
+			return setActive(ctx, t.db, t.lay, w.shard, w.id, nh.Gen, true, true)
 		}
 		if err != nil {
 			return err
@@ -200,7 +200,7 @@ func (w *shardWriter) recover(ctx context.Context) error {
 		w.open(nh)
 		// The writers before this one can commit nothing more: they leave
 		// the registry.
-		return setActive(ctx, t.db, t.lay, w.shard, w.id, true, true)
+		return setActive(ctx, t.db, t.lay, w.shard, w.id, nh.Gen, true, true)
 	}
 	return fmt.Errorf("%w: %s/%s: the head kept moving", ErrShardOwned, t.Name(), w.shard)
 }
@@ -422,7 +422,7 @@ func (w *shardWriter) loop() {
 		idle := len(w.queue) == 0 && !now.Before(w.last.Add(cfg.IdleAfter))
 		w.mu.Unlock()
 		if w.active && idle {
-			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, false, false); err != nil {
+			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, 0, false, false); err != nil {
 				w.fail(nil, err)
 				continue
 			}
@@ -442,7 +442,7 @@ func (w *shardWriter) finish(ctx context.Context, clean bool) {
 			w.fail(nil, w.rotate(ctx, false))
 		}
 		if w.active && w.errOrNil() == nil {
-			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, false, false); err == nil {
+			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, 0, false, false); err == nil {
 				w.active = false
 			}
 		}
@@ -622,7 +622,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	}
 	if !w.active {
 		// Readers must probe this shard before this append is acknowledged.
-		if err := setActive(ctx, t.db, t.lay, w.shard, w.id, true, false); err != nil {
+		if err := setActive(ctx, t.db, t.lay, w.shard, w.id, w.head.Gen, true, false); err != nil {
 			w.fail(batch, err)
 			return t.noteGone(err)
 		}
