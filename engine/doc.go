@@ -28,10 +28,13 @@
 //     not sealed, it swaps the head to "g sealed at its current count"
 //     (fencing the previous writer: that writer's next swap fails), makes
 //     sure g's seal record exists, and swaps the head to "g+1, no
-//     segments, owner me". Keeps: a generation has exactly one writer,
-//     fixed by the swap that claimed it; generations are numbered
+//     segments, owner me", and records g+1 as its claim in the registry,
+//     removing the entries claimed below g+1 (the writers it fenced; an
+//     entry claimed above is a later owner's, which this writer, fenced
+//     itself, must not remove). Keeps: a generation has exactly one
+//     writer, fixed by the swap that claimed it; generations are numbered
 //     contiguously; g+1 exists only once g is sealed and its seal record
-//     written.
+//     written; the shard stays active while its current owner may commit.
 //  3. Commit. A group commit first checks its rows against a view
 //     refreshed after every one of its appends began (one check for the
 //     group: a row visible anywhere with the same content is an identical
@@ -53,9 +56,9 @@
 //     the seal decision is the head's, made once; the record only caches
 //     it, so no record can change a generation's membership.
 //  5. Idle. A writer with no appends for IdleAfter removes itself from the
-//     registry entry (a writer only ever removes itself; a new owner,
-//     after fencing, removes the writers before it). Before it
-//     acknowledges again it registers again (step 1).
+//     registry entry (a writer only ever removes itself, or, taking the
+//     shard, the entries claimed below its own). Before it acknowledges
+//     again it registers again (step 1).
 //  6. Merge. One merger at a time per table (a lease; two mergers are
 //     still safe, their commits are create-if-absent). For each shard it
 //     takes the sealed generations from the base's watermark + 1 on, in
