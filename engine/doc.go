@@ -41,7 +41,8 @@
 //     retry, with other content a conflict, refused before anything is
 //     written). It then writes segment n+1 of its generation
 //     (create-if-absent; the segment carries its row layout in its Arrow
-//     header), swaps the head from count n to n+1, and only then
+//     header), swaps the head from count n to n+1 (the new head's body
+//     carries a copy of that layout when it is small), and only then
 //     acknowledges. Keeps: a segment is part of its generation exactly
 //     when a head swap counted it. A segment written but never counted (a
 //     zombie's late write, a writer that stopped between the two steps) is
@@ -94,8 +95,10 @@
 //     the registry (one HEAD; a GET only when it changed), the heads of the
 //     active shards and of the shards whose entry changed since the
 //     snapshot's registry (probed after the registry was read), and the
-//     layouts of the segments the heads newly count (one small ranged GET
-//     each, or one GET of a seal record per sealed generation). No listing.
+//     layouts of the segments the heads newly count (none for the segment a
+//     head counts last when the head carries its layout; one small ranged
+//     GET each otherwise, or one GET of a seal record per sealed
+//     generation). No listing.
 //     By steps 1, 3 and 5, this sees every segment acknowledged before the
 //     read began.
 //   - A segment or seal record that a head names but is gone was reclaimed,

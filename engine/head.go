@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -19,7 +21,10 @@ import (
 // chain: a segment is part of its generation exactly when a head swap
 // counted it, and a writer that lost the chain (a zombie past its lease, a
 // writer of a dropped table) cannot swap again. The state is kept in the
-// object's metadata, so one HEAD reads it.
+// object's metadata; the body repeats it and, when the swap counted a
+// segment of the open generation, carries that segment's layout (see
+// headLayoutMax), so a reader one segment behind learns the new rows from
+// the one GET that told it of them.
 type head struct {
 	Gen     uint64 `json:"generation"`
 	Segs    uint64 `json:"segments"`
@@ -27,10 +32,23 @@ type head struct {
 	Owner   string `json:"owner"`
 	Commit  string `json:"commit"`
 	Dropped bool   `json:"dropped,omitempty"`
+	// Layout is rowfile.MarshalLayout of segment Segs of generation Gen,
+	// written by the writer that wrote that segment and counted it in this
+	// swap: derived data, a copy of the segment's own embedded layout.
+	Layout []byte `json:"layout,omitempty"`
 
+	layout   *rowfile.Layout // Layout decoded by readHead; nil if absent
 	etag     string
 	modified time.Time
 }
+
+// headLayoutMax bounds the layout a head carries. A segment whose layout is
+// larger (thousands of rows) is read the usual way, one ranged GET of its
+// header, so a head stays small enough to GET on every probe.
+const headLayoutMax = 32 << 10
+
+// headBodyMax bounds what readHead reads of a head's body.
+const headBodyMax = headLayoutMax*2 + 4096
 
 // errNoHead: the shard has no head yet (no writer ever took it).
 var errNoHead = errors.New("shard has no head")
@@ -72,13 +90,20 @@ func headFromAttrs(a objstore.Attrs) (head, error) {
 // back as written.
 var ErrCorruptObject = errors.New("corrupt object")
 
+// readHead GETs a shard's head: its state from the metadata, and from the
+// body the layout of the segment it counts last, when it carries one.
 func readHead(ctx context.Context, db *DB, inc layout.Inc, shard string) (head, error) {
-	a, err := db.store.Head(ctx, inc.Head(shard))
+	rc, a, err := db.store.Get(ctx, inc.Head(shard))
 	if errors.Is(err, objstore.ErrNotFound) {
 		return head{}, errNoHead
 	}
 	if err != nil {
 		return head{}, err
+	}
+	body, err := io.ReadAll(io.LimitReader(rc, headBodyMax))
+	rc.Close()
+	if err != nil {
+		return head{}, readErr(inc.Head(shard), err)
 	}
 	h, err := headFromAttrs(a)
 	if err != nil {
@@ -87,7 +112,27 @@ func readHead(ctx context.Context, db *DB, inc layout.Inc, shard string) (head, 
 	if h.Dropped {
 		return h, fmt.Errorf("%w: %s", errDropped, inc.Table())
 	}
+	h.layout = headLayout(h, body)
 	return h, nil
+}
+
+// headLayout decodes the layout a head's body carries, if it is the layout
+// of the segment the head counts last. Anything else (no layout, a sealed
+// head, a body that does not decode) leaves the reader to read the
+// segment's own header: the layout is a copy, never the only one.
+func headLayout(h head, body []byte) *rowfile.Layout {
+	if h.Sealed || h.Segs == 0 || len(body) == 0 {
+		return nil
+	}
+	var b head
+	if err := json.Unmarshal(body, &b); err != nil || len(b.Layout) == 0 || b.Gen != h.Gen || b.Segs != h.Segs || b.Commit != h.Commit {
+		return nil
+	}
+	lay, err := rowfile.UnmarshalLayout(b.Layout)
+	if err != nil {
+		return nil
+	}
+	return lay
 }
 
 // casHead swaps the head from prev (its etag; empty to create the head) to

@@ -143,6 +143,23 @@ func TestRequestsPerLookup(t *testing.T) {
 			if d[faulty.OpList] != 0 || d[faulty.OpPut]+d[faulty.OpDelete] != 0 || total(d) > 2 {
 				t.Errorf("absent id: %v, want at most the registry and one head, no listing", d)
 			}
+			// A row another process acknowledged since: the head that counts
+			// its segment carries the segment's layout, so finding the row
+			// costs the same round as a miss, and reading it one GET more.
+			fresh := fmt.Sprintf("fresh-%v", cached)
+			w.put(fresh, 1000)
+			if d := cost("stat "+fresh, func() error {
+				rec, err := tb.Stat(ctx, fresh, ReadOptions{})
+				if err == nil && rec.PayloadSize != 1000 {
+					err = fmt.Errorf("size %d, want 1000", rec.PayloadSize)
+				}
+				return err
+			}); d[faulty.OpGetRange] != 0 || d[faulty.OpList] != 0 || total(d) > 2 {
+				t.Errorf("stat of a row one segment ahead of the view: %v, want the registry and the head only", d)
+			}
+			if d := cost("read "+fresh, read(fresh, 1000)); total(d) != 1 {
+				t.Errorf("read of the fresh row: %v, want one GET", d)
+			}
 		})
 	}
 }

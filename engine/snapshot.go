@@ -364,8 +364,14 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		got[name] = lateHeads[i]
 	}
 	for _, name := range sortedKeys(got) {
-		if r := got[name]; r.err != nil && !errors.Is(r.err, errNoHead) {
+		r := got[name]
+		if r.err != nil && !errors.Is(r.err, errNoHead) {
 			return nil, r.err
+		}
+		if lay := r.h.layout; lay != nil {
+			// The segment the head counts last, as its writer encoded it:
+			// fetching it below finds it here.
+			db.layouts.Add(t.lay.Segment(name, r.h.Gen, r.h.Segs), lay, lay.MemSize())
 		}
 	}
 

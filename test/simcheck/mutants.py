@@ -30,7 +30,7 @@ MUTANTS = [
     ("02-drop-fences-nothing", "a drop elsewhere leaves this process's writer acknowledging into the dropped table",
      "engine/registry.go", "\t\tr.Version++\n\t\tr.Dropped = true\n", "\t\treturn nil // the drop fences nothing\n\t\tr.Version++\n\t\tr.Dropped = true\n"),
     ("03-pinned-from-cache", "a pinned read served from this process's cache after another process collected the version",
-     "engine/read.go", "\tif _, err := t.db.store.Head(ctx, t.lay.Version(v)); err != nil {\n", "\tif _, err := t.db.store.Head(ctx, t.lay.Version(v)); false && err != nil {\n"),
+     "engine/read.go", "\t_, err := t.db.store.Head(ctx, t.lay.Version(v))\n", "\t_, err := t.db.store.Head(ctx, t.lay.Version(v))\n\terr = nil\n"),
     ("04-scan-without-recovery", "a scan with payloads fails when a generation it lists is reclaimed under it",
      "engine/list.go", "\tif !errors.Is(err, objstore.ErrNotFound) || opts.Version > 0 {\n\t\treturn rec, err\n\t}\n", "\treturn rec, err\n"),
     ("05-unbounded-reopen", "a payload body failing midway is reopened without bound",
@@ -51,6 +51,8 @@ MUTANTS = [
      "engine/snapshot.go", "\tfor attempt := 0; attempt < maxRefreshAttempts; attempt++ {\n", "\tfor attempt := 0; attempt < 1; attempt++ {\n"),
     ("11-merge-skips-a-generation", "a merge plan with a gap moves the watermark over an unmerged generation",
      "engine/merge.go", "\t\t\tg := wm + 1 + uint64(i)\n", "\t\t\tg := wm + 1 + uint64(i)\n\t\t\tif i == 1 {\n\t\t\t\tg++\n\t\t\t}\n"),
+    ("12-head-layout-misfiled", "the layout a head carries is taken for the segment after the one it counts",
+     "engine/snapshot.go", "db.layouts.Add(t.lay.Segment(name, r.h.Gen, r.h.Segs), lay,", "db.layouts.Add(t.lay.Segment(name, r.h.Gen, r.h.Segs+1), lay,"),
 ]
 
 
