@@ -68,11 +68,24 @@ func (r *report) interpret() []string {
 			rs.size/1e6, mib(rs.heapPeak), mib(raw.heapPeak), rssNote)
 	}
 
-	// Reads.
-	q := r.quiet
-	if q == nil {
-		return out
+	if r.quiet != nil && r.load != nil {
+		r.interpretReads(add)
 	}
+	for _, sc := range []*scaling{r.backlog, r.shards} {
+		if sc != nil {
+			r.interpretScaling(add, sc)
+		}
+	}
+	if r.sustain != nil {
+		r.interpretSustain(add)
+	}
+	add("The machine is shared (load average %s at start, %s at end): p99 and max in particular move between runs; compare ratios "+
+		"within one run, not absolute numbers across runs.", r.load0, r.load1)
+	return out
+}
+
+func (r *report) interpretReads(add func(string, ...any)) {
+	q := r.quiet
 	raw := q.series[kRaw].summary()
 	desc := func(ph *readPhase, k string) (string, float64, float64, int) {
 		n := len(ph.series[k].total)
@@ -165,9 +178,6 @@ func (r *report) interpret() []string {
 			}
 		}
 	}
-	add("The machine is shared (load average %s at start, %s at end): p99 and max in particular move between runs; compare ratios "+
-		"within one run, not absolute numbers across runs.", r.load0, r.load1)
-	return out
 }
 
 func keysOf(m map[string]int64) map[string]int64 {
