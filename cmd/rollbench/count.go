@@ -174,7 +174,23 @@ func (c *countingBucket) Get(ctx context.Context, key string) (io.ReadCloser, ob
 
 func (c *countingBucket) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	c.note(ctx, "GetRange", keyClass(key))
+	if sp, ok := ctx.Value(spanKey{}).(*span); ok {
+		*sp = span{key: key, off: off, n: n}
+	}
 	return c.b.GetRange(ctx, key, off, n)
+}
+
+// span is the last ranged GET of a read made with withSpan: for a payload
+// read, where its bytes are in the store.
+type span struct {
+	key    string
+	off, n int64
+}
+
+type spanKey struct{}
+
+func withSpan(ctx context.Context, sp *span) context.Context {
+	return context.WithValue(ctx, spanKey{}, sp)
 }
 
 func (c *countingBucket) Head(ctx context.Context, key string) (objstore.Attrs, error) {

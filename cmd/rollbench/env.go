@@ -54,6 +54,17 @@ type env struct {
 
 	mu       sync.Mutex
 	problems []string // correctness failures found along the way
+	warnings []string // other errors: reported, not failing the run
+}
+
+// warn records an error that is not a read's (an append refused or timed
+// out under load, a status call that timed out): the report lists it near
+// the top, and the run does not fail for it.
+func (e *env) warn(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	logf("WARNING: %s", firstLine(s))
+	e.warnings = append(e.warnings, s)
 }
 
 // problem records a failure that fails the run (the report lists it in its

@@ -307,9 +307,11 @@ func (s *sustainResult) boundedGoal() goalRow {
 		return g
 	}
 	h1, h2, peak, peakShard := s.halves()
-	bp := 0
+	bp, failed, acked := 0, 0, 0
 	for _, w := range s.writers {
 		bp += w.Backpressure
+		failed += w.Errors
+		acked += w.N
 	}
 	refused := 0
 	for _, x := range s.samples {
@@ -317,8 +319,9 @@ func (s *sustainResult) boundedGoal() goalRow {
 			refused++
 		}
 	}
-	g.measured = fmt.Sprintf("%v: max %d generations (%d in one shard); first half max %d, second half max %d; %d appends refused for back-pressure",
-		s.dur.Round(time.Second), peak, peakShard, h1, h2, bp)
+	g.measured = fmt.Sprintf("%v: max %d generations (%d in one shard); first half max %d, second half max %d; %d appends refused for back-pressure, "+
+		"%d failed otherwise; %.1f of %.0f offered rows/s acknowledged",
+		s.dur.Round(time.Second), peak, peakShard, h1, h2, bp, failed, float64(acked)/s.dur.Seconds(), s.rate*float64(s.shards))
 	g.met = 0
 	if bp == 0 && refused == 0 && h2 <= h1+s.shards && peakShard < 32 {
 		g.met = 1

@@ -90,6 +90,7 @@ type options struct {
 	sustainVerify   int
 	passSampleEvery time.Duration
 	mergePrebuild   int
+	probeEvery      time.Duration
 
 	phases map[string]bool
 
@@ -158,7 +159,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.scaleBaseRows, "scale-base-rows", 100, "rows merged into the base of each scaling table before its backlog")
 	fs.DurationVar(&o.idleAfter, "writer-idle-after", time.Second, "engine.Config.IdleAfter of the scaling tables' writer processes")
 	fs.DurationVar(&o.activeInterval, "active-interval", 500*time.Millisecond, "one append per writer per this interval in the \"writers active\" rows")
-	fs.DurationVar(&o.activeFor, "active-for", 10*time.Second, "the \"writers active\" rows spread their samples over at least this long")
+	fs.DurationVar(&o.activeFor, "scale-spread", 10*time.Second, "each row of the scaling tables spreads its samples over at least this long")
 	fs.DurationVar(&o.sustainDur, "sustain", 10*time.Minute, "length of the merge run under sustained writes")
 	fs.IntVar(&o.sustainShards, "sustain-shards", 3, "writer processes of the merge run")
 	fs.Float64Var(&o.sustainRate, "sustain-rate", 25, "rows per second offered by each writer of the merge run")
@@ -167,6 +168,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.sustainVerify, "sustain-verify", 300, "acknowledged rows of the merge run read back at its end")
 	fs.DurationVar(&o.passSampleEvery, "pass-sample-every", 20*time.Second, "replay a merge pass with the raw SDK at most this often")
 	fs.IntVar(&o.mergePrebuild, "merge-prebuild", 300, "rows per writer sealed before the merge run (its first, quiet, pass)")
+	fs.DurationVar(&o.probeEvery, "probe-every", 250*time.Millisecond, "during the merge run, a raw GET on its own goroutine this often (Azurite's own stalls)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run ("+strings.Join(allPhases, ",")+"); a partial run only prints")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", `write the report here ("" to only print it)`)
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench containers instead of deleting them")
@@ -195,12 +197,12 @@ func parseFlags(args []string) (*options, error) {
 		def("samples", func() { o.samples = 30 })
 		def("load-samples", func() { o.loadSamples = 15 })
 		def("load-max", func() { o.loadMax = 15 * time.Second })
-		def("backlog", func() { o.backlog = intList{10, 100, 300} })
+		def("backlog", func() { o.backlog = intList{10, 100, 200} })
 		def("shard-segments", func() { o.shardSegments = 160 })
 		def("scale-samples", func() { o.scaleSamples = 25 })
-		def("active-for", func() { o.activeFor = 2 * time.Second })
+		def("scale-spread", func() { o.activeFor = time.Second })
 		def("scale-base-rows", func() { o.scaleBaseRows = 20 })
-		def("sustain", func() { o.sustainDur = 20 * time.Second })
+		def("sustain", func() { o.sustainDur = 15 * time.Second })
 		def("sustain-tick", func() { o.sustainTick = 2 * time.Second })
 		def("sustain-verify", func() { o.sustainVerify = 50 })
 		def("pass-sample-every", func() { o.passSampleEvery = 5 * time.Second })
@@ -353,6 +355,7 @@ func run(ctx context.Context, o *options) (err error) {
 		return ctx.Err()
 	}
 	rep.problems = append(rep.problems, e.problems...)
+	rep.warnings = append(rep.warnings, e.warnings...)
 	for _, ph := range rep.phases() {
 		rep.problems = append(rep.problems, ph.verify()...)
 	}

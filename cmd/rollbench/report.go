@@ -25,6 +25,7 @@ type report struct {
 	shards       *scaling
 	sustain      *sustainResult
 	problems     []string
+	warnings     []string
 }
 
 // phases returns every read phase of the run, for the checks.
@@ -168,6 +169,14 @@ func (r *report) markdown() string {
 		}
 		p("\n")
 	}
+	if len(r.warnings) > 0 {
+		p("## ⚠ Errors outside the reads\n\n")
+		p("Not read errors, so they do not fail the run; each is an error an engine call returned.\n\n")
+		for _, w := range r.warnings {
+			p("- %s\n", firstLine(w))
+		}
+		p("\n")
+	}
 
 	if len(r.appends) > 0 {
 		r.appendsSection(&b)
@@ -276,7 +285,7 @@ func (r *report) readsSection(b *strings.Builder) {
 	r.readTable(b, r.load)
 
 	p("\n### What each read kind does\n\n")
-	for _, k := range []string{kHot, kWarm, kCold, kWAL, kColdWAL, kRecent, kFresh, kNewest, kEarlier, kAbsent, kRaw} {
+	for _, k := range []string{kHot, kWarm, kCold, kWAL, kColdWAL, kRecent, kFresh, kNewest, kEarlier, kAbsent, kRaw, kRawSpan} {
 		p("- **%s**: %s.\n", kindNames[k], kindNotes[k])
 	}
 
@@ -291,7 +300,7 @@ func (r *report) readsSection(b *strings.Builder) {
 			n := len(ph.series[k].total)
 			t := ph.tallies[k].snap()
 			ops := perUnit(t.ops, n)
-			if k == kRaw {
+			if k == kRaw || k == kRawSpan {
 				ops = "— (raw SDK: " + perUnit(t.http, n) + ")"
 			} else if len(t.ops) == 0 {
 				ops = "none"

@@ -46,7 +46,7 @@ func (r *report) scalingSection(b *strings.Builder, num int, sc *scaling) {
 		p("%d shards). No merger: %d rows were merged into each table's base version 1 before its backlog.\n\n", o.shardCounts[len(o.shardCounts)-1], sc.baseRows)
 	}
 	p("The reader is this process (`engine.DB` without payload cache, so each hit fetches its payload; the cache has its own\n")
-	p("goal in section 3). Each level is measured twice, %d samples per read kind, kinds interleaved:\n\n", o.scaleSamples)
+	p("goal in section 3). Each level is measured twice, %d samples per read kind, kinds interleaved and paced over %v:\n\n", o.scaleSamples, o.activeFor)
 	p("- **writers idle**: after the writers' last append, IdleAfter plus until a refresh probes no shard head (the writers\n")
 	p("  left the registry's active set); a refresh then reads only the registry (one HEAD).\n")
 	p("- **writers active**: every writer appends one row per %v during the measurement. Active shards are probed at every\n", o.activeInterval)
@@ -257,18 +257,43 @@ func (r *report) sustainSection(b *strings.Builder) {
 	p("  committing passes took p50 %s, max %s; %d commit conflicts; generations reclaimed %d.\n",
 		ds.p50.Round(time.Millisecond), ds.max.Round(time.Millisecond), conflicts, s.merger.Stats["generations reclaimed"])
 	p("- **Acknowledged rows read back at the end:** %d of %d sampled (of %d acknowledged) byte-equal.\n", s.verified, min(s.acked, o.sustainVerify), s.acked)
+	if len(s.probes) > 0 {
+		var d []time.Duration
+		for _, pr := range s.probes {
+			d = append(d, pr.dur)
+		}
+		ps := (&series{total: d}).summary()
+		st := s.stalls(time.Second)
+		var total time.Duration
+		var parts []string
+		for _, x := range st {
+			total += x[1] - x[0]
+			if len(parts) < 12 {
+				parts = append(parts, fmt.Sprintf("%v–%v", x[0].Round(time.Second), x[1].Round(time.Second)))
+			}
+		}
+		p("- **Azurite itself** (a raw GET of a %d-byte blob every %v on a goroutine of its own, whatever the rest waits for):\n", o.readSize, o.probeEvery)
+		p("  %d probes, p50 %s ms, p99 %s ms, max %s ms, %d failed; %d periods with a probe slower than 1 s (%v in all)", len(s.probes),
+			fms(ps.p50), fms(ps.p99), fms(ps.max), s.probeErr, len(st), total.Round(time.Second))
+		if len(parts) > 0 {
+			p(": %s", strings.Join(parts, ", "))
+			if len(st) > len(parts) {
+				p(", …")
+			}
+		}
+		p(".\n")
+	}
 
 	p("\nMerge pass bandwidth: each replayed pass against the raw SDK moving the same bytes right after it, while the merger\n")
 	p("waits (the writers go on): GET of every object the pass read (WAL segments, and base files it compacted), 16 at a time\n")
 	p("as the merge reads them, then one PUT of a blob of the size the pass wrote (UploadStream, 4 MiB × 4, above 4 MiB).\n")
 	p("The pass's time is `MergeResult.Duration`: planning (registry, heads, seal records), reading, decoding, sorting,\n")
 	p("encoding, writing, the commit, reclaiming earlier generations and collecting old versions.\n\n")
-	p("| pass | when | generations | objects read | MB read | MB written | pass time | merge MB/s | raw GET | raw PUT | raw MB/s | **merge / raw** |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	t0 := time.Time{}
-	if len(s.passes) > 0 {
-		t0 = s.passes[0].Started
-	}
+	p("*Slowest probe* is the slowest raw GET of the prober that overlapped the pass: a pass slowed by Azurite itself\n")
+	p("shows a slow probe; one slowed by rollstore's own processes does not.\n\n")
+	p("| pass | when | generations | objects read | MB read | MB written | pass time | merge MB/s | raw GET | raw PUT | raw MB/s | **merge / raw** | slowest probe |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	t0 := s.start
 	for i, rp := range s.replays {
 		name := fmt.Sprintf("%d", i)
 		if rp.quiet {
@@ -276,13 +301,18 @@ func (r *report) sustainSection(b *strings.Builder) {
 		}
 		pr := rp.pass
 		if rp.err != "" {
-			p("| %s | %v | %d | %d | %.1f | %.1f | %s | — | — | — | — | replay failed: %s |\n", name, pr.Started.Sub(t0).Round(time.Second),
+			p("| %s | %v | %d | %d | %.1f | %.1f | %s | — | — | — | — | replay failed: %s | — |\n", name, pr.Started.Sub(t0).Round(time.Second),
 				len(pr.Result.Merged), len(pr.Inputs), float64(pr.InBytes)/1e6, float64(pr.OutBytes)/1e6, pr.Result.Duration.Round(time.Millisecond), rp.err)
 			continue
 		}
-		p("| %s | %v | %d | %d | %.1f | %.1f | %s | %.1f | %s | %s | %.1f | **%.0f%%** |\n", name, pr.Started.Sub(t0).Round(time.Second),
+		probe := "—"
+		if !rp.quiet {
+			from := pr.Started.Sub(t0)
+			probe = fms(s.probeMax(from, from+pr.Result.Duration)) + " ms"
+		}
+		p("| %s | %v | %d | %d | %.1f | %.1f | %s | %.1f | %s | %s | %.1f | **%.0f%%** | %s |\n", name, pr.Started.Sub(t0).Round(time.Second),
 			len(pr.Result.Merged), len(pr.Inputs), float64(pr.InBytes)/1e6, float64(pr.OutBytes)/1e6, pr.Result.Duration.Round(time.Millisecond),
-			rp.mbps(pr.Result.Duration), rp.rawGet.Round(time.Millisecond), rp.rawPut.Round(time.Millisecond), rp.mbps(rp.rawGet+rp.rawPut), 100*rp.ratio())
+			rp.mbps(pr.Result.Duration), rp.rawGet.Round(time.Millisecond), rp.rawPut.Round(time.Millisecond), rp.mbps(rp.rawGet+rp.rawPut), 100*rp.ratio(), probe)
 	}
 	if s.reads != nil {
 		p("\nLookups during the run (this process, payload cache off; every read begins after its row's acknowledgement):\n\n")

@@ -65,7 +65,20 @@ func (rp replay) mbps(d time.Duration) float64 {
 	return float64(rp.pass.InBytes+rp.pass.OutBytes) / 1e6 / d.Seconds()
 }
 
+// probe is one raw GET of the prober: when it began and how long it took.
+type probe struct {
+	at  time.Duration
+	dur time.Duration
+	err bool
+}
+
 type sustainResult struct {
+	// probes are raw GETs issued every -probe-every by a goroutine of
+	// their own, whatever else this process is waiting for: a stall of
+	// Azurite itself shows here, one of rollstore's processes does not.
+	probes   []probe
+	probeErr int
+	start    time.Time // when the sustained writes began
 	shards   int
 	rate     float64
 	conc     int
@@ -142,7 +155,7 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 		return nil, fmt.Errorf("the merger reported no pass in 5 minutes")
 	}
 	if first.Err != "" {
-		r.e.problem("merge pass: " + first.Err)
+		r.e.warn("merge pass: " + first.Err)
 	}
 	rp := r.replay(ctx, first, 0)
 	rp.quiet = true
@@ -172,6 +185,8 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 		}
 	}
 	start := time.Now()
+	res.start = start
+	stopProbe := r.startProber(ctx, res, start)
 	if _, err := merger.do(ctx, childReq{Op: "go"}); err != nil {
 		return nil, err
 	}
@@ -190,7 +205,7 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 			case pr = <-passes:
 			}
 			if pr.Err != "" {
-				r.e.problem("merge pass: " + pr.Err)
+				r.e.warn("merge pass: " + pr.Err)
 			}
 			mu.Lock()
 			res.passes = append(res.passes, pr)
@@ -231,7 +246,7 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 		mu.Unlock()
 		if err != nil {
 			res.statusEr++
-			r.e.problem("status during the sustained writes: " + err.Error())
+			r.e.warn("status during the sustained writes: " + err.Error())
 			continue
 		}
 		per := map[string]int{}
@@ -265,6 +280,7 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 		}
 	}
 	res.dur = time.Since(start)
+	stopProbe()
 	for _, w := range ws {
 		m, err := w.do(ctx, childReq{Op: "stop"})
 		if err != nil {
@@ -272,7 +288,7 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 		}
 		res.writers = append(res.writers, m)
 		if m.Errors > 0 {
-			r.e.problem(fmt.Sprintf("sustained writer %s: %d append errors: %v", w.name, m.Errors, m.ErrSample))
+			r.e.warn(fmt.Sprintf("sustained writer %s: %d appends failed: %v", w.name, m.Errors, m.ErrSample))
 		}
 		w.setOnEvent(nil)
 	}
@@ -350,4 +366,75 @@ func (r *reads) replay(ctx context.Context, pr passReport, n int) replay {
 	// The replayed blob is not needed again.
 	_, _ = e.raw.DeleteBlob(ctx, e.rawContainer, key, nil)
 	return rp
+}
+
+// startProber GETs a raw blob every -probe-every until stopped, each GET
+// timed on its own (with a timeout of a minute), in a goroutine of its own
+// with its own buffer.
+func (r *reads) startProber(ctx context.Context, res *sustainResult, start time.Time) func() {
+	every := r.e.opts.probeEvery
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		i := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			id := r.raw[i%len(r.raw)]
+			i++
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			t0 := time.Now()
+			resp, err := r.e.raw.DownloadStream(pctx, r.e.rawContainer, r.table+"/"+id, nil)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			cancel()
+			mu.Lock()
+			res.probes = append(res.probes, probe{at: t0.Sub(start), dur: time.Since(t0), err: err != nil})
+			if err != nil {
+				res.probeErr++
+			}
+			mu.Unlock()
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// probeMax is the slowest probe that began within [from, to), or overlapped it.
+func (s *sustainResult) probeMax(from, to time.Duration) time.Duration {
+	var m time.Duration
+	for _, p := range s.probes {
+		if p.at < to && p.at+p.dur > from {
+			m = max(m, p.dur)
+		}
+	}
+	return m
+}
+
+// stalls returns the periods in which raw probes took longer than limit,
+// merged when they overlap.
+func (s *sustainResult) stalls(limit time.Duration) [][2]time.Duration {
+	var out [][2]time.Duration
+	for _, p := range s.probes {
+		if p.dur < limit {
+			continue
+		}
+		a, b := p.at, p.at+p.dur
+		if n := len(out); n > 0 && a <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], b)
+			continue
+		}
+		out = append(out, [2]time.Duration{a, b})
+	}
+	return out
 }
