@@ -274,17 +274,37 @@ func (c *child) appendRange(ctx context.Context, req childReq) childMsg {
 		return replyErr(err)
 	}
 	before := c.tally.snap()
+	var mu sync.Mutex
+	var nerr int
+	var errs []string
+	// A failed append is retried (an identical retry is answered from what
+	// landed, so it cannot duplicate a row), twice at most; every failure
+	// is reported, so the parent can say what went wrong and still build
+	// its backlog.
 	d, err := runPool(ctx, req.To-req.From, max(req.Conc, 1), func(ctx context.Context, i int) error {
 		id := fmt.Sprintf("%s%06d", req.Prefix, req.From+i)
-		if _, err := tb.Append(ctx, record(id, req.From+i), bytes.NewReader(payload(id, req.Size)), int64(req.Size)); err != nil {
-			return fmt.Errorf("append %s: %w", id, err)
+		for attempt := 0; ; attempt++ {
+			_, err := tb.Append(ctx, record(id, req.From+i), bytes.NewReader(payload(id, req.Size)), int64(req.Size))
+			if err == nil {
+				return nil
+			}
+			mu.Lock()
+			nerr++
+			if len(errs) < 5 {
+				errs = append(errs, fmt.Sprintf("%s: %v", id, firstLine(err.Error())))
+			}
+			mu.Unlock()
+			if attempt == 2 || ctx.Err() != nil {
+				return fmt.Errorf("append %s: %w", id, err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		return nil
 	})
+	m := childMsg{N: req.To - req.From, Dur: d, Ops: c.tally.snap().sub(before).ops, Errors: nerr, ErrSample: errs}
 	if err != nil {
-		return replyErr(err)
+		m.Err = err.Error()
 	}
-	return childMsg{N: req.To - req.From, Dur: d, Ops: c.tally.snap().sub(before).ops}
+	return m
 }
 
 // writeJob appends rows in the background until stopped: "trickle" one at

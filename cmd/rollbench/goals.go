@@ -214,6 +214,10 @@ func (r *report) goals() []goalRow {
 		v := ratioOf(q, kCold, 0.5)
 		cold.measured = fmt.Sprintf("%s GETs per lookup (%s), %s other calls; p50 %s", trimFloat(float64(gets)/float64(n)), perUnit(t.ops, n),
 			trimFloat(float64(others)/float64(n)), fx(v))
+		if sp := ratioOf(q, kRawSpan, 0.5); sp > 0 {
+			cold.measured += fmt.Sprintf(" (a raw SDK ranged GET of the same span of the same data file: %s; a base hit without payload cache: %s)",
+				fx(sp), fx(ratioOf(q, kWarm, 0.5)))
+		}
 		cold.met = 0
 		if gets == int64(n) && others == 0 && v <= 1.3 {
 			cold.met = 1

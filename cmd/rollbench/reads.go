@@ -176,6 +176,8 @@ type reads struct {
 	recent atomic.Pointer[[]string]
 	// spans are where the base rows' payloads are (from the warm-up reads).
 	spans map[string]span
+	// prober watches Azurite itself for the whole run.
+	prober *prober
 }
 
 // target is what a read phase reads: a table as two reader processes see

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,9 @@ func writerArgs(o *options, shard string) []string {
 // once. No merge runs after this.
 func (r *reads) seedBase(ctx context.Context, w *proc, table string, n int) ([]string, error) {
 	prefix := table + "-base-"
-	if _, err := w.do(ctx, childReq{Op: "append", Table: table, Prefix: prefix, From: 0, To: n, Size: r.size, Conc: 8}); err != nil {
+	m, err := w.do(ctx, childReq{Op: "append", Table: table, Prefix: prefix, From: 0, To: n, Size: r.size, Conc: 8})
+	r.buildErrors(table, "base", w.name, m)
+	if err != nil {
 		return nil, err
 	}
 	if _, err := w.do(ctx, childReq{Op: "flush", Table: table}); err != nil {
@@ -94,6 +97,15 @@ func (r *reads) seedBase(ctx context.Context, w *proc, table string, n int) ([]s
 		return nil, fmt.Errorf("merging the base of %s: %d rows merged, want %d", table, mr.Rows, n)
 	}
 	return childIDs(prefix, 0, n), nil
+}
+
+// buildErrors reports the appends of a build that failed (and were
+// retried): not a read's error, so a warning.
+func (r *reads) buildErrors(table, level, writer string, m childMsg) {
+	if m.Errors > 0 {
+		r.e.warn(fmt.Sprintf("%s %s: writer %s: %d appends failed while building the backlog (each retried): %s",
+			table, level, writer, m.Errors, strings.Join(m.ErrSample, "; ")))
+	}
 }
 
 func pendingOf(ctx context.Context, tb *engine.Table) (segs, gens int, err error) {
@@ -295,6 +307,7 @@ func backlogScaling(ctx context.Context, r *reads) (*scaling, error) {
 	cur := 0
 	for _, level := range o.backlog {
 		m, err := w.do(ctx, childReq{Op: "append", Table: table, Prefix: prefix, From: cur, To: level, Size: r.size, Conc: 1})
+		r.buildErrors(sc.name, fmt.Sprint(level), w.name, m)
 		if err != nil {
 			return sc, err
 		}
@@ -357,12 +370,14 @@ func shardScaling(ctx context.Context, r *reads) (*scaling, error) {
 		start := time.Now()
 		// The writers take their shards one after another (each one's first
 		// append registers it in the table's registry), then append the
-		// rest in parallel. Sixteen writers registering at once contend on
-		// the registry's compare-and-swap; in one run a writer lost 51 swaps
-		// in a row and stopped (see the engine's updateRegistry): that is
-		// the engine's to fix, and not what this table measures.
+		// rest in parallel. Writers registering (or going idle and coming
+		// back) at once contend on the registry's compare-and-swap: a writer
+		// that loses 51 swaps in a row stops, failing its append (see the
+		// engine's updateRegistry). The children retry such appends and
+		// report them; the report lists them as warnings.
 		for i := range n {
 			m, err := ws[i].do(ctx, childReq{Op: "append", Table: table, Prefix: table + "-" + ws[i].name + "-", From: 0, To: 1, Size: r.size, Conc: 1})
+			r.buildErrors(sc.name, fmt.Sprint(n), ws[i].name, m)
 			if err != nil {
 				return sc, err
 			}
@@ -372,6 +387,7 @@ func shardScaling(ctx context.Context, r *reads) (*scaling, error) {
 		}
 		if _, err := runPool(ctx, n, n, func(ctx context.Context, i int) error {
 			m, err := ws[i].do(ctx, childReq{Op: "append", Table: table, Prefix: table + "-" + ws[i].name + "-", From: 1, To: per, Size: r.size, Conc: 1})
+			r.buildErrors(sc.name, fmt.Sprint(n), ws[i].name, m)
 			mu.Lock()
 			for k, v := range m.Ops {
 				ops[k] += v

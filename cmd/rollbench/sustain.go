@@ -65,13 +65,6 @@ func (rp replay) mbps(d time.Duration) float64 {
 	return float64(rp.pass.InBytes+rp.pass.OutBytes) / 1e6 / d.Seconds()
 }
 
-// probe is one raw GET of the prober: when it began and how long it took.
-type probe struct {
-	at  time.Duration
-	dur time.Duration
-	err bool
-}
-
 type sustainResult struct {
 	// probes are raw GETs issued every -probe-every by a goroutine of
 	// their own, whatever else this process is waiting for: a stall of
@@ -125,10 +118,12 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 
 	// A backlog for the first pass, replayed on a quiet store.
 	if _, err := runPool(ctx, len(ws), len(ws), func(ctx context.Context, i int) error {
-		if _, err := ws[i].do(ctx, childReq{Op: "append", Table: table, Prefix: ws[i].name + "-pre-", From: 0, To: o.mergePrebuild, Size: r.size, Conc: 8}); err != nil {
+		m, err := ws[i].do(ctx, childReq{Op: "append", Table: table, Prefix: ws[i].name + "-pre-", From: 0, To: o.mergePrebuild, Size: r.size, Conc: 8})
+		r.buildErrors("sustain", "prebuild", ws[i].name, m)
+		if err != nil {
 			return err
 		}
-		_, err := ws[i].do(ctx, childReq{Op: "flush", Table: table})
+		_, err = ws[i].do(ctx, childReq{Op: "flush", Table: table})
 		return err
 	}); err != nil {
 		return nil, err
@@ -186,7 +181,6 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 	}
 	start := time.Now()
 	res.start = start
-	stopProbe := r.startProber(ctx, res, start)
 	if _, err := merger.do(ctx, childReq{Op: "go"}); err != nil {
 		return nil, err
 	}
@@ -280,7 +274,7 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 		}
 	}
 	res.dur = time.Since(start)
-	stopProbe()
+	res.probes, res.probeErr = r.prober.window(start, start.Add(res.dur))
 	for _, w := range ws {
 		m, err := w.do(ctx, childReq{Op: "stop"})
 		if err != nil {
@@ -366,48 +360,6 @@ func (r *reads) replay(ctx context.Context, pr passReport, n int) replay {
 	// The replayed blob is not needed again.
 	_, _ = e.raw.DeleteBlob(ctx, e.rawContainer, key, nil)
 	return rp
-}
-
-// startProber GETs a raw blob every -probe-every until stopped, each GET
-// timed on its own (with a timeout of a minute), in a goroutine of its own
-// with its own buffer.
-func (r *reads) startProber(ctx context.Context, res *sustainResult, start time.Time) func() {
-	every := r.e.opts.probeEvery
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		i := 0
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			id := r.raw[i%len(r.raw)]
-			i++
-			pctx, cancel := context.WithTimeout(ctx, time.Minute)
-			t0 := time.Now()
-			resp, err := r.e.raw.DownloadStream(pctx, r.e.rawContainer, r.table+"/"+id, nil)
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-			cancel()
-			mu.Lock()
-			res.probes = append(res.probes, probe{at: t0.Sub(start), dur: time.Since(t0), err: err != nil})
-			if err != nil {
-				res.probeErr++
-			}
-			mu.Unlock()
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
 }
 
 // probeMax is the slowest probe that began within [from, to), or overlapped it.
