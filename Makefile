@@ -73,9 +73,12 @@ unit:
 	cd $(K8S) && $(GO) test -count=1 ./...
 
 # Benchmarks: cmd/rollbench against a fresh Azurite, rollstore vs the raw
-# Azure SDK in the same run; prints a markdown report and rewrites
-# BENCHMARKS.md (≲ 10 min). `make bench BENCH_FLAGS=-quick` is a < 60 s smoke
-# run that only prints.
+# Azure SDK in the same run (appends, memory, reads, lookups against the
+# backlog and the number of writer shards with writers and a merger in
+# processes of their own, 10 minutes of merges under sustained writes);
+# prints a markdown report, the goal table of issue 10 first, and rewrites
+# BENCHMARKS.md (≲ 20 min). `make bench BENCH_FLAGS=-quick` is a < 90 s
+# smoke run that only prints.
 BENCH_FLAGS ?=
 bench:
 	$(AZURITE) run -- $(GO) run ./cmd/rollbench $(BENCH_FLAGS)

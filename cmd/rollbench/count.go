@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -10,7 +11,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/engine/layout"
 	"github.com/rollstore/rollstore/objstore"
 )
@@ -127,13 +130,29 @@ func tallyOf(ctx context.Context) *tally {
 }
 
 // countingBucket counts every objstore call into all and into the tally of
-// the call's context.
+// the call's context. It passes leases through, so the bench's engines own
+// their shards and the merger lease as the service's do.
 type countingBucket struct {
 	b   objstore.Bucket
 	all *tally
+	// rec, when set (the merger process), records what merge passes read
+	// and write.
+	rec *ioRecorder
 }
 
-var _ objstore.Bucket = (*countingBucket)(nil)
+var (
+	_ objstore.Bucket = (*countingBucket)(nil)
+	_ objstore.Leaser = (*countingBucket)(nil)
+)
+
+func (c *countingBucket) AcquireLease(ctx context.Context, key string, d time.Duration) (objstore.Lease, error) {
+	l, ok := c.b.(objstore.Leaser)
+	if !ok {
+		return nil, fmt.Errorf("counting bucket over %T: %w", c.b, errors.ErrUnsupported)
+	}
+	c.note(ctx, "Lease", keyClass(key))
+	return l.AcquireLease(ctx, key, d)
+}
 
 func (c *countingBucket) note(ctx context.Context, op, class string) {
 	k := op + " " + class
@@ -144,13 +163,34 @@ func (c *countingBucket) note(ctx context.Context, op, class string) {
 }
 
 func (c *countingBucket) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Attrs, error) {
-	c.note(ctx, "Get", keyClass(key))
-	return c.b.Get(ctx, key)
+	class := keyClass(key)
+	c.note(ctx, "Get", class)
+	rc, a, err := c.b.Get(ctx, key)
+	if err == nil && c.rec != nil && (class == "segment" || class == "data-file") {
+		rc = c.rec.input(key, rc)
+	}
+	return rc, a, err
 }
 
 func (c *countingBucket) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	c.note(ctx, "GetRange", keyClass(key))
+	if sp, ok := ctx.Value(spanKey{}).(*span); ok {
+		*sp = span{key: key, off: off, n: n}
+	}
 	return c.b.GetRange(ctx, key, off, n)
+}
+
+// span is the last ranged GET of a read made with withSpan: for a payload
+// read, where its bytes are in the store.
+type span struct {
+	key    string
+	off, n int64
+}
+
+type spanKey struct{}
+
+func withSpan(ctx context.Context, sp *span) context.Context {
+	return context.WithValue(ctx, spanKey{}, sp)
 }
 
 func (c *countingBucket) Head(ctx context.Context, key string) (objstore.Attrs, error) {
@@ -163,7 +203,11 @@ func (c *countingBucket) Put(ctx context.Context, key string, r io.Reader, opts 
 	if opts.IfNotExists {
 		op = "PutIfAbsent"
 	}
-	c.note(ctx, op, keyClass(key))
+	class := keyClass(key)
+	c.note(ctx, op, class)
+	if c.rec != nil && (class == "data-file" || class == "data-index") {
+		r = c.rec.output(r, opts.Size)
+	}
 	return c.b.Put(ctx, key, r, opts)
 }
 
@@ -230,6 +274,9 @@ func keyClass(key string) string {
 	}
 	if inc.IsPayload(key) {
 		return "payload-object"
+	}
+	if strings.HasPrefix(key, inc.LeasesPrefix()) {
+		return "lease"
 	}
 	return "other"
 }
@@ -355,3 +402,78 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 func (b *countingBody) Close() error { return b.rc.Close() }
+
+// ioRecorder records the data a merge pass moves: the objects it reads
+// whole (WAL segments; base files it compacts) and the bytes of the data
+// files and indexes it writes. The merger process is the only user of its
+// store, so between reset and report everything recorded is the pass's.
+type ioRecorder struct {
+	mu       sync.Mutex
+	inputs   []string
+	inBytes  atomic.Int64
+	outBytes int64
+	outFiles int
+}
+
+func (r *ioRecorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inputs, r.outBytes, r.outFiles = nil, 0, 0
+	r.inBytes.Store(0)
+}
+
+func (r *ioRecorder) input(key string, rc io.ReadCloser) io.ReadCloser {
+	r.mu.Lock()
+	r.inputs = append(r.inputs, key)
+	r.mu.Unlock()
+	return &countedBody{rc: rc, n: &r.inBytes}
+}
+
+// output counts a data object's bytes: its declared size when known (the
+// reader is passed through unchanged, so the store takes the same upload
+// path), else as they are read.
+func (r *ioRecorder) output(body io.Reader, size int64) io.Reader {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outFiles++
+	if size >= 0 {
+		r.outBytes += size
+		return body
+	}
+	return &countedReader{r: body, add: func(n int) {
+		r.mu.Lock()
+		r.outBytes += int64(n)
+		r.mu.Unlock()
+	}}
+}
+
+func (r *ioRecorder) report(res engine.MergeResult, started time.Time) *passReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &passReport{Result: res, Inputs: slices.Clone(r.inputs), InBytes: r.inBytes.Load(), OutBytes: r.outBytes,
+		OutFiles: r.outFiles, Started: started}
+}
+
+type countedBody struct {
+	rc io.ReadCloser
+	n  *atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+func (b *countedBody) Close() error { return b.rc.Close() }
+
+type countedReader struct {
+	r   io.Reader
+	add func(int)
+}
+
+func (c *countedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.add(n)
+	return n, err
+}

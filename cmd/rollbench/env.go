@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -46,6 +47,33 @@ type env struct {
 	rawT         *tally // every raw-SDK request (HTTP level)
 
 	rsContainer string
+
+	// procs are the child processes started so far; cleanup stops any
+	// still running.
+	procs []*proc
+
+	mu       sync.Mutex
+	problems []string // correctness failures found along the way
+	warnings []string // other errors: reported, not failing the run
+}
+
+// warn records an error that is not a read's (an append refused or timed
+// out under load, a status call that timed out): the report lists it near
+// the top, and the run does not fail for it.
+func (e *env) warn(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	logf("WARNING: %s", firstLine(s))
+	e.warnings = append(e.warnings, s)
+}
+
+// problem records a failure that fails the run (the report lists it in its
+// FAILED section) without stopping the phase.
+func (e *env) problem(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	logf("PROBLEM: %s", firstLine(s))
+	e.problems = append(e.problems, s)
 }
 
 // newHTTPClient builds the transport objstore/azure builds for itself: its
@@ -117,6 +145,9 @@ func setup(ctx context.Context, o *options) (*env, error) {
 // harness, but a long-lived Azurite should not keep gigabytes of bench data).
 func (e *env) cleanup(ctx context.Context) error {
 	var errs []error
+	if err := stopAll(e.procs); err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range []string{e.rsContainer, e.rawContainer} {
 		if _, err := e.raw.DeleteContainer(ctx, c, nil); err != nil {
 			errs = append(errs, err)
@@ -140,6 +171,15 @@ func writerConfig() engine.Config {
 // readerConfig is a reader process: defaults, no writer shard.
 func readerConfig() engine.Config {
 	return engine.DefaultConfig()
+}
+
+// uncachedReaderConfig is a reader process without payload cache: its hits
+// fetch the payload's bytes from the store, which is what the latency goals
+// of hits are about (the cache has a goal of its own).
+func uncachedReaderConfig() engine.Config {
+	c := engine.DefaultConfig()
+	c.PayloadCacheBytes = 0
+	return c
 }
 
 func blobEndpoint(cs string) string {

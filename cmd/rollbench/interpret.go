@@ -48,6 +48,19 @@ func (r *report) interpret() []string {
 				"bound small-append throughput.",
 				rows/segs, a.label, trimFloat(float64(total(a.rs.reqs.http))/rows), trimFloat(float64(total(reads))/rows), perUnit(reads, int(rows)))
 		}
+		for _, a := range r.appends {
+			if a.size > 1<<20 || a.rs.reqs.ops["PutIfAbsent segment"] == 0 {
+				continue
+			}
+			rows := float64(a.rs.rows)
+			segs := float64(a.rs.reqs.ops["PutIfAbsent segment"])
+			refreshes := float64(a.rs.reqs.ops["Head registry"])
+			add("%s appends: %.1f rows per segment, %s HTTP requests per row (raw: 1), %.1f existence-check refreshes per segment; "+
+				"%s of raw rows/s. A shard commits one segment at a time — the segment's PUT, then the head's swap, then the next "+
+				"segment (doc.go, step 3) — so one shard has one PUT in flight where the baseline has %d.",
+				a.label, rows/segs, trimFloat(float64(total(a.rs.reqs.http))/rows), refreshes/segs,
+				ratio(a.rs.rowsPerSec(), a.raw.rowsPerSec()), a.conc)
+		}
 		if len(r.appends) >= 3 {
 			l := r.appends[2]
 			add("Large (%s) appends stream through `UploadStream` like the baseline: %s HTTP requests per payload vs the raw %s "+
@@ -68,11 +81,24 @@ func (r *report) interpret() []string {
 			rs.size/1e6, mib(rs.heapPeak), mib(raw.heapPeak), rssNote)
 	}
 
-	// Reads.
-	q := r.quiet
-	if q == nil {
-		return out
+	if r.quiet != nil && r.load != nil {
+		r.interpretReads(add)
 	}
+	for _, sc := range []*scaling{r.backlog, r.shards} {
+		if sc != nil {
+			r.interpretScaling(add, sc)
+		}
+	}
+	if r.sustain != nil {
+		r.interpretSustain(add)
+	}
+	add("The machine is shared (load average %s at start, %s at end): p99 and max in particular move between runs; compare ratios "+
+		"within one run, not absolute numbers across runs.", r.load0, r.load1)
+	return out
+}
+
+func (r *report) interpretReads(add func(string, ...any)) {
+	q := r.quiet
 	raw := q.series[kRaw].summary()
 	desc := func(ph *readPhase, k string) (string, float64, float64, int) {
 		n := len(ph.series[k].total)
@@ -165,9 +191,6 @@ func (r *report) interpret() []string {
 			}
 		}
 	}
-	add("The machine is shared (load average %s at start, %s at end): p99 and max in particular move between runs; compare ratios "+
-		"within one run, not absolute numbers across runs.", r.load0, r.load1)
-	return out
 }
 
 func keysOf(m map[string]int64) map[string]int64 {

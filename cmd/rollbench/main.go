@@ -2,25 +2,37 @@
 // the same Azurite, in one run:
 //
 //  1. append throughput for 1 KiB, 53 KiB and 64 MiB payloads, against raw
-//     SDK uploads of the same bytes at the same concurrency;
+//     SDK uploads of the same bytes at the same concurrency (one Put Blob
+//     per row for the small ones);
 //  2. peak memory (Go heap and RSS) of one 300 MB append, against the raw
 //     SDK's UploadStream of the same bytes;
-//  3. point-read latency of 53,248-byte payloads — warm and cold base hits,
-//     WAL hits, absent ids — against a raw SDK GET of a blob of that size;
+//  3. point-read latency of 53,248-byte payloads — hot payloads (payload
+//     cache), base hits, cold base hits (fresh process), WAL hits, absent
+//     ids — against a raw SDK GET of a blob of that size;
 //  4. the same reads while the writer streams 300 MB appends into the same
 //     table and loops small appends, flushes and merges with zero reclaim
-//     grace, so generations are reclaimed under the reads.
+//     grace, so generations are reclaimed under the reads;
+//  5. lookups against the backlog (10 … 5,000 pending one-row segments) and
+//     against the number of writer shards (1 … 16), with writer processes
+//     idle and then active, reading what they acknowledge at once;
+//  6. 10 minutes of sustained writes from 3 writer processes with a merger
+//     process: pending generations over time, and merge passes replayed
+//     with the raw SDK (the same objects read, a blob of the size written).
 //
-// It counts every request (objstore calls and HTTP requests) per read kind,
-// checks every byte read and the engine's counters, prints a markdown report
-// and writes it to BENCHMARKS.md. Any read error, missing-file error, or
-// absent answer for a present row fails the run: the report opens with a
-// FAILED section listing them, and the exit status is 1.
+// Writers and the merger of 5 and 6 are copies of this command started as
+// child processes (`rollbench child`, see child.go). It counts every
+// request (objstore calls and HTTP requests) per read kind, checks every
+// byte read and the engine's counters, prints a markdown report that opens
+// with issue 10's goal table filled in, and writes it to BENCHMARKS.md. A
+// goal missed is reported as missed; any read error, wrong byte,
+// missing-file error, or absent answer for a present row fails the run:
+// the report then has a FAILED section listing them, and the exit status is
+// 1.
 //
 // Run it under the Azurite harness; make bench does exactly this:
 //
-//	./test/azurite/azurite.sh run -- go run ./cmd/rollbench          # full, ≲ 10 min
-//	./test/azurite/azurite.sh run -- go run ./cmd/rollbench -quick   # smoke, < 60 s, prints only
+//	./test/azurite/azurite.sh run -- go run ./cmd/rollbench          # full, ≲ 20 min
+//	./test/azurite/azurite.sh run -- go run ./cmd/rollbench -quick   # smoke, < 90 s, prints only
 //
 // Azurite is one Node.js thread on loopback: its numbers are not Azure's.
 // Only the ratios against the raw-SDK baseline measured in the same run
@@ -34,6 +46,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,11 +71,63 @@ type options struct {
 	churnRows         int
 	loadMax           time.Duration
 
+	// Scaling tables.
+	backlog        []int
+	shardCounts    []int
+	shardSegments  int
+	scaleSamples   int
+	scaleBaseRows  int
+	idleAfter      time.Duration
+	activeInterval time.Duration
+	activeFor      time.Duration
+
+	// Merge under sustained writes.
+	sustainDur      time.Duration
+	sustainShards   int
+	sustainRate     float64
+	sustainConc     int
+	sustainTick     time.Duration
+	sustainVerify   int
+	passSampleEvery time.Duration
+	mergePrebuild   int
+	probeEvery      time.Duration
+
+	phases map[string]bool
+
 	out  string
 	keep bool
 	seed uint64
 
 	args []string
+}
+
+// allPhases are the report's phases in order; -phases selects some.
+var allPhases = []string{"appends", "memory", "reads", "backlog", "shards", "merge"}
+
+type intList []int
+
+func (l *intList) String() string {
+	parts := make([]string, len(*l))
+	for i, v := range *l {
+		parts[i] = fmt.Sprint(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *intList) Set(s string) error {
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || v < 1 {
+			return fmt.Errorf("%q: want positive integers separated by commas", s)
+		}
+		if len(out) > 0 && v <= out[len(out)-1] {
+			return fmt.Errorf("%q: want increasing values", s)
+		}
+		out = append(out, v)
+	}
+	*l = out
+	return nil
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -84,6 +150,26 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.loadSamples, "load-samples", 200, "sequential samples per read kind, under load")
 	fs.IntVar(&o.churnRows, "churn-rows", 8, "rows per iteration of the append+flush+merge loop under load")
 	fs.DurationVar(&o.loadMax, "load-max", 4*time.Minute, "cap on the under-load read phase")
+	o.backlog = intList{10, 100, 1000, 5000}
+	o.shardCounts = intList{1, 4, 16}
+	fs.Var((*intList)(&o.backlog), "backlog", "pending-segment levels of the backlog-scaling table (one writer, one row per segment)")
+	fs.Var((*intList)(&o.shardCounts), "shards", "writer-shard counts of the shard-scaling table")
+	fs.IntVar(&o.shardSegments, "shard-segments", 1024, "pending segments of the shard-scaling table, split evenly over the shards")
+	fs.IntVar(&o.scaleSamples, "scale-samples", 400, "samples per read kind per row of the scaling tables")
+	fs.IntVar(&o.scaleBaseRows, "scale-base-rows", 100, "rows merged into the base of each scaling table before its backlog")
+	fs.DurationVar(&o.idleAfter, "writer-idle-after", time.Second, "engine.Config.IdleAfter of the scaling tables' writer processes")
+	fs.DurationVar(&o.activeInterval, "active-interval", 500*time.Millisecond, "one append per writer per this interval in the \"writers active\" rows")
+	fs.DurationVar(&o.activeFor, "scale-spread", 10*time.Second, "each row of the scaling tables spreads its samples over at least this long")
+	fs.DurationVar(&o.sustainDur, "sustain", 10*time.Minute, "length of the merge run under sustained writes")
+	fs.IntVar(&o.sustainShards, "sustain-shards", 3, "writer processes of the merge run")
+	fs.Float64Var(&o.sustainRate, "sustain-rate", 25, "rows per second offered by each writer of the merge run")
+	fs.IntVar(&o.sustainConc, "sustain-concurrency", 4, "concurrent appends of each writer of the merge run")
+	fs.DurationVar(&o.sustainTick, "sustain-tick", 5*time.Second, "how often the merge run samples pending generations (and reads)")
+	fs.IntVar(&o.sustainVerify, "sustain-verify", 300, "acknowledged rows of the merge run read back at its end")
+	fs.DurationVar(&o.passSampleEvery, "pass-sample-every", 20*time.Second, "replay a merge pass with the raw SDK at most this often")
+	fs.IntVar(&o.mergePrebuild, "merge-prebuild", 300, "rows per writer sealed before the merge run (its first, quiet, pass)")
+	fs.DurationVar(&o.probeEvery, "probe-every", 250*time.Millisecond, "during the merge run, a raw GET on its own goroutine this often (Azurite's own stalls)")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run ("+strings.Join(allPhases, ",")+"); a partial run only prints")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", `write the report here ("" to only print it)`)
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench containers instead of deleting them")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the read-id choice")
@@ -111,7 +197,28 @@ func parseFlags(args []string) (*options, error) {
 		def("samples", func() { o.samples = 30 })
 		def("load-samples", func() { o.loadSamples = 15 })
 		def("load-max", func() { o.loadMax = 15 * time.Second })
+		def("backlog", func() { o.backlog = intList{10, 100, 200} })
+		def("shard-segments", func() { o.shardSegments = 160 })
+		def("scale-samples", func() { o.scaleSamples = 25 })
+		def("scale-spread", func() { o.activeFor = time.Second })
+		def("scale-base-rows", func() { o.scaleBaseRows = 20 })
+		def("sustain", func() { o.sustainDur = 15 * time.Second })
+		def("sustain-tick", func() { o.sustainTick = 2 * time.Second })
+		def("sustain-verify", func() { o.sustainVerify = 50 })
+		def("pass-sample-every", func() { o.passSampleEvery = 5 * time.Second })
+		def("merge-prebuild", func() { o.mergePrebuild = 60 })
 		def("out", func() { o.out = "" })
+	}
+	o.phases = map[string]bool{}
+	for ph := range strings.SplitSeq(*phases, ",") {
+		ph = strings.TrimSpace(ph)
+		if !slices.Contains(allPhases, ph) {
+			return nil, fmt.Errorf("-phases: unknown phase %q (want some of %s)", ph, strings.Join(allPhases, ","))
+		}
+		o.phases[ph] = true
+	}
+	if len(o.phases) < len(allPhases) && !set["out"] {
+		o.out = ""
 	}
 	switch {
 	case o.smallRows < 2 || o.mediumRows < 2 || o.largeRows < 2:
@@ -122,6 +229,12 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("sizes must be positive")
 	case o.baseRows < 1 || o.walRows < 1 || o.samples < 1 || o.loadSamples < 1:
 		return nil, errors.New("row and sample counts must be positive")
+	case o.scaleSamples < 1 || o.scaleBaseRows < 1 || o.mergePrebuild < 1 || o.sustainShards < 1 || o.sustainConc < 1 || o.sustainRate <= 0:
+		return nil, errors.New("scaling and merge-run counts and rates must be positive")
+	case o.shardSegments < o.shardCounts[len(o.shardCounts)-1]:
+		return nil, errors.New("-shard-segments must be at least the largest shard count")
+	case o.idleAfter <= 0 || o.activeInterval <= 0 || o.sustainTick <= 0 || o.sustainDur <= 0:
+		return nil, errors.New("durations must be positive")
 	}
 	o.args = args
 	return o, nil
@@ -134,6 +247,9 @@ func logf(format string, args ...any) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "child" {
+		os.Exit(childMain(os.Args[2:]))
+	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -176,44 +292,73 @@ func run(ctx context.Context, o *options) (err error) {
 	defer wdb.Close(context.WithoutCancel(ctx))
 
 	// 1. Append throughput.
-	for _, a := range []struct {
-		label      string
-		size       int64
-		rows, conc int
-	}{
-		{sizeLabel(o.smallSize), o.smallSize, o.smallRows, o.smallConc},
-		{sizeLabel(o.mediumSize), o.mediumSize, o.mediumRows, o.smallConc},
-		{sizeLabel(o.largeSize), o.largeSize, o.largeRows, o.largeConc},
-	} {
-		res, err := benchAppends(ctx, e, wdb, a.label, a.size, a.rows, a.conc)
-		if err != nil {
-			return err
+	if o.phases["appends"] {
+		for _, a := range []struct {
+			label      string
+			size       int64
+			rows, conc int
+		}{
+			{sizeLabel(o.smallSize), o.smallSize, o.smallRows, o.smallConc},
+			{sizeLabel(o.mediumSize), o.mediumSize, o.mediumRows, o.smallConc},
+			{sizeLabel(o.largeSize), o.largeSize, o.largeRows, o.largeConc},
+		} {
+			res, err := benchAppends(ctx, e, wdb, a.label, a.size, a.rows, a.conc)
+			if err != nil {
+				return err
+			}
+			rep.appends = append(rep.appends, res)
 		}
-		rep.appends = append(rep.appends, res)
 	}
 
 	// 2. Peak memory of one large append.
-	if rep.memory, err = benchMemory(ctx, e, wdb, o.hugeSize); err != nil {
-		return err
+	if o.phases["memory"] {
+		if rep.memory, err = benchMemory(ctx, e, wdb, o.hugeSize); err != nil {
+			return err
+		}
 	}
 
-	// 3. Read latency, quiet.
+	// 3. Read latency, quiet. The reads fixture also holds the raw blobs
+	// every later phase's baseline reads.
 	r, err := setupReads(ctx, e, wdb)
 	if err != nil {
 		return err
 	}
-	rep.quiet = quietReads(ctx, r, o.samples)
+	if o.phases["reads"] {
+		rep.quiet = quietReads(ctx, r, o.samples)
 
-	// 4. The same reads under a large append and merge/reclaim churn.
-	rep.load, err = loadReads(ctx, r, o.loadSamples, o.hugeSize, o.churnRows, o.loadMax)
-	if err != nil {
-		rep.problems = append(rep.problems, err.Error())
+		// 4. The same reads under a large append and merge/reclaim churn.
+		rep.load, err = loadReads(ctx, r, o.loadSamples, o.hugeSize, o.churnRows, o.loadMax)
+		if err != nil {
+			e.problem(err.Error())
+		}
+	}
+
+	// 5. Lookups against the backlog and the number of writer shards.
+	if o.phases["backlog"] && ctx.Err() == nil {
+		if rep.backlog, err = backlogScaling(ctx, r); err != nil {
+			e.problem("backlog scaling: " + err.Error())
+		}
+	}
+	if o.phases["shards"] && ctx.Err() == nil {
+		if rep.shards, err = shardScaling(ctx, r); err != nil {
+			e.problem("shard scaling: " + err.Error())
+		}
+	}
+
+	// 6. Merges under sustained writes.
+	if o.phases["merge"] && ctx.Err() == nil {
+		if rep.sustain, err = sustainedMerge(ctx, r); err != nil {
+			e.problem("merge under sustained writes: " + err.Error())
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	rep.problems = append(rep.problems, rep.quiet.verify()...)
-	rep.problems = append(rep.problems, rep.load.verify()...)
+	rep.problems = append(rep.problems, e.problems...)
+	rep.warnings = append(rep.warnings, e.warnings...)
+	for _, ph := range rep.phases() {
+		rep.problems = append(rep.problems, ph.verify()...)
+	}
 	rep.dur = time.Since(rep.started)
 	rep.load1 = loadavg()
 

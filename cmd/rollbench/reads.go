@@ -11,39 +11,56 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+
 	"github.com/rollstore/rollstore/engine"
 )
 
 // Read kinds. Every read is of a whole 53,248-byte payload (OpenPayload,
 // then read to EOF), one at a time.
 const (
+	kHot     = "hot"
 	kWarm    = "warm"
 	kCold    = "cold"
 	kWAL     = "wal"
 	kColdWAL = "coldwal"
 	kRecent  = "recent"
+	kFresh   = "fresh"
 	kAbsent  = "absent"
 	kRaw     = "raw"
+	kRawSpan = "rawspan"
 )
 
 var kindNames = map[string]string{
-	kWarm:    "warm base hit",
+	kHot:     "base hit, hot payload",
+	kWarm:    "base hit",
 	kCold:    "cold base hit",
 	kWAL:     "WAL hit",
 	kColdWAL: "WAL hit, cold process",
 	kRecent:  "recent row (WAL↔base race)",
+	kFresh:   "just acknowledged elsewhere",
 	kAbsent:  "absent id",
 	kRaw:     "raw SDK GET (baseline)",
+	kRawSpan: "raw SDK ranged GET, same span",
 }
 
 var kindNotes = map[string]string{
-	kWarm:    "merged into the base; read before by the same reader process (batch metadata cached)",
-	kCold:    "merged into the base; a fresh engine.Open per sample, after one tb.Refresh (snapshot resident, batches uncached)",
-	kWAL:     "appended and sealed, not merged; read before by the same reader process",
+	kHot: "merged into the base; read before by a reader process with the default payload cache " +
+		"(64 MiB, items up to 1 MiB), so it is served from that cache",
+	kWarm: "merged into the base; a long-lived reader process whose payload cache is off, so every read " +
+		"fetches the payload's bytes (its snapshot, with the data files' layouts, is resident)",
+	kCold: "merged into the base; a fresh engine.Open per sample, after one tb.Refresh (snapshot resident, " +
+		"nothing of the row cached): the \"fresh process\" of the goal",
+	kWAL:     "appended and sealed, not merged; the long-lived reader without payload cache (segment layouts resident)",
 	kColdWAL: "appended and sealed, not merged; a fresh engine.Open per sample, after one tb.Refresh",
 	kRecent:  "a row of the generation the churn loop sealed last: its merge and zero-grace reclaim race the read",
-	kAbsent:  "an id never written",
-	kRaw:     "azblob DownloadStream of a 53,248-byte blob, read to EOF",
+	kFresh: "a row another process (a writer child) acknowledged just before the read began: the read must " +
+		"see it (read-after-write across processes); the reader learns of its segment by probing the shard's head",
+	kAbsent: "an id never written",
+	kRaw:    "azblob DownloadStream of a 53,248-byte blob, read to EOF",
+	kRawSpan: "not a goal's baseline, a diagnosis: azblob DownloadStream with the Range a base hit's payload read asks for " +
+		"(the same span of the same data file), so the difference between a base hit and the raw GET splits into what the " +
+		"engine adds and what a ranged read inside a large multi-block blob costs Azurite",
 }
 
 // counters is an ordered set of engine counters.
@@ -113,6 +130,7 @@ type readPhase struct {
 	series  map[string]*series
 	tallies map[string]*tally
 	stats   map[string]counters // engine read counters per kind
+	cached  map[string]int      // samples served from the payload cache
 	errs    []string
 	nErrs   int
 	load    *loadInfo
@@ -120,7 +138,8 @@ type readPhase struct {
 }
 
 func newReadPhase(name string, kinds []string) *readPhase {
-	p := &readPhase{name: name, kinds: kinds, series: map[string]*series{}, tallies: map[string]*tally{}, stats: map[string]counters{}}
+	p := &readPhase{name: name, kinds: kinds, series: map[string]*series{}, tallies: map[string]*tally{}, stats: map[string]counters{},
+		cached: map[string]int{}}
 	for _, k := range kinds {
 		p.series[k] = &series{}
 		p.tallies[k] = newTally()
@@ -136,22 +155,39 @@ func (p *readPhase) fail(kind, id string, err error) {
 	logf("READ ERROR (%s) %s %s: %s", p.name, kindNames[kind], id, firstLine(err.Error()))
 }
 
-// reads holds the read-side fixture: the table, its rows, the reader process.
+// reads holds the read-side fixture: the table, its rows, the reader
+// processes, and the raw blobs every phase's baseline reads.
 type reads struct {
 	e     *env
 	size  int
 	table string
 	wdb   *engine.DB
 	wt    *engine.Table
-	rdb   *engine.DB // the reader process: warm, WAL and absent reads
-	rt    *engine.Table
-	base  []string // merged into the base
-	wal   []string // sealed, not merged (until the load phase merges them)
-	raw   []string // raw-SDK blobs, same size
-	buf   []byte
-	rng   *rand.Rand
+	// The reader processes: rdb has the default payload cache (hot
+	// payloads); ndb has none, so its hits fetch the payload's bytes.
+	rdb, ndb *engine.DB
+	tgt      *target  // the reads table, for the quiet and load phases
+	base     []string // merged into the base
+	wal      []string // sealed, not merged (until the load phase merges them)
+	raw      []string // raw-SDK blobs, same size
+	buf      []byte
+	rng      *rand.Rand
 	// recent holds the ids of the generation the churn loop sealed last.
 	recent atomic.Pointer[[]string]
+	// spans are where the base rows' payloads are (from the warm-up reads).
+	spans map[string]span
+	// prober watches Azurite itself for the whole run.
+	prober *prober
+}
+
+// target is what a read phase reads: a table as two reader processes see
+// it, and which of its ids are where.
+type target struct {
+	table     string
+	tb        *engine.Table // the reader without payload cache
+	hot       *engine.Table // the reader with the default payload cache
+	base, wal []string
+	recent    *atomic.Pointer[[]string]
 }
 
 func appendRows(ctx context.Context, tb *engine.Table, ids []string, size, conc int) error {
@@ -176,7 +212,7 @@ func idList(prefix string, n int) []string {
 
 // setupReads writes the fixture: baseRows rows merged into a base version,
 // walRows rows appended and sealed but not merged, and as many raw blobs of
-// the same size as base rows; then opens the reader process.
+// the same size as base rows; then opens the reader processes.
 func setupReads(ctx context.Context, e *env, wdb *engine.DB) (*reads, error) {
 	o := e.opts
 	r := &reads{e: e, size: o.readSize, table: "reads", wdb: wdb, buf: make([]byte, o.readSize+1),
@@ -219,19 +255,25 @@ func setupReads(ctx context.Context, e *env, wdb *engine.DB) (*reads, error) {
 	if r.rdb, err = engine.Open(e.store, readerConfig()); err != nil {
 		return nil, err
 	}
-	if r.rt, err = r.rdb.Table(ctx, r.table); err != nil {
+	if r.ndb, err = engine.Open(e.store, uncachedReaderConfig()); err != nil {
 		return nil, err
 	}
-	if err := r.rt.Refresh(ctx); err != nil {
+	if r.tgt, err = r.target(ctx, r.table, r.base, r.wal); err != nil {
 		return nil, err
 	}
+	r.tgt.recent = &r.recent
 	// Read every row once, untimed: warm and WAL samples are second reads
-	// by the same process. Raw blobs too, so Azurite serves both sides
-	// from the same warmth.
+	// by the same process, and hot payloads are in the payload cache. Raw
+	// blobs too, so Azurite serves both sides from the same warmth.
+	r.spans = map[string]span{}
 	for _, id := range append(append([]string(nil), r.base...), r.wal...) {
-		if _, _, err := r.engineRead(ctx, r.rt, id); err != nil {
-			return nil, fmt.Errorf("warm-up read: %w", err)
+		var sp span
+		for _, tb := range []*engine.Table{r.tgt.tb, r.tgt.hot} {
+			if _, _, _, err := r.engineRead(withSpan(ctx, &sp), tb, id); err != nil {
+				return nil, fmt.Errorf("warm-up read: %w", err)
+			}
 		}
+		r.spans[id] = sp
 	}
 	for _, id := range r.raw {
 		if _, _, err := r.rawRead(ctx, id); err != nil {
@@ -243,24 +285,61 @@ func setupReads(ctx context.Context, e *env, wdb *engine.DB) (*reads, error) {
 	return r, nil
 }
 
+// target opens table in both reader processes, with a refresh each.
+func (r *reads) target(ctx context.Context, table string, base, wal []string) (*target, error) {
+	t := &target{table: table, base: base, wal: wal}
+	var err error
+	if t.tb, err = r.ndb.Table(ctx, table); err != nil {
+		return nil, err
+	}
+	if t.hot, err = r.rdb.Table(ctx, table); err != nil {
+		return nil, err
+	}
+	for _, tb := range []*engine.Table{t.tb, t.hot} {
+		if err := tb.Refresh(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
 // engineRead reads id's whole payload: time to the payload's response
 // headers (OpenPayload returned) and to its last byte, then checks the bytes.
-func (r *reads) engineRead(ctx context.Context, tb *engine.Table, id string) (first, total time.Duration, err error) {
+func (r *reads) engineRead(ctx context.Context, tb *engine.Table, id string) (first, total time.Duration, cached bool, err error) {
 	start := time.Now()
 	p, err := tb.OpenPayload(ctx, id, 0, -1, engine.ReadOptions{})
 	if err != nil {
-		return 0, time.Since(start), err
+		return 0, time.Since(start), false, err
 	}
 	first = time.Since(start)
 	n, err := io.ReadFull(p, r.buf)
 	total = time.Since(start)
 	p.Close()
-	return first, total, r.check(id, n, err)
+	return first, total, p.Cached, r.check(id, n, err)
 }
 
 func (r *reads) rawRead(ctx context.Context, id string) (first, total time.Duration, err error) {
 	start := time.Now()
 	resp, err := r.e.raw.DownloadStream(ctx, r.e.rawContainer, r.table+"/"+id, nil)
+	if err != nil {
+		return 0, time.Since(start), err
+	}
+	first = time.Since(start)
+	n, err := io.ReadFull(resp.Body, r.buf)
+	total = time.Since(start)
+	resp.Body.Close()
+	return first, total, r.check(id, n, err)
+}
+
+// rawSpanRead reads the span of the store where id's payload is, with the
+// raw SDK from the rollstore container.
+func (r *reads) rawSpanRead(ctx context.Context, id string) (first, total time.Duration, err error) {
+	sp, ok := r.spans[id]
+	if !ok || sp.key == "" {
+		return 0, 0, fmt.Errorf("no span recorded for %s", id)
+	}
+	start := time.Now()
+	resp, err := r.e.raw.DownloadStream(ctx, r.e.rsContainer, sp.key, &azblob.DownloadStreamOptions{Range: azblob.HTTPRange{Offset: sp.off, Count: sp.n}})
 	if err != nil {
 		return 0, time.Since(start), err
 	}
@@ -300,23 +379,31 @@ func (r *reads) absentRead(ctx context.Context, tb *engine.Table, id string) (ti
 
 func (r *reads) pick(ids []string) string { return ids[r.rng.IntN(len(ids))] }
 
-// sample takes one measurement of kind k into p.
-func (r *reads) sample(plain context.Context, p *readPhase, k string) {
+// sample takes one measurement of kind k on the reads table into p.
+func (r *reads) sample(ctx context.Context, p *readPhase, k string) {
+	r.sampleOn(ctx, p, k, r.tgt, "")
+}
+
+// sampleOn takes one measurement of kind k on t into p; id is the row for
+// kFresh (the other kinds pick their own).
+func (r *reads) sampleOn(plain context.Context, p *readPhase, k string, t *target, id string) {
 	ctx := withTally(plain, p.tallies[k])
 	s := p.series[k]
 	var (
-		id           string
 		first, total time.Duration
+		cached       bool
 		err          error
-		db           = r.rdb
-		tb           = r.rt
+		db           = r.ndb
+		tb           = t.tb
 	)
 	switch k {
+	case kHot:
+		db, tb = r.rdb, t.hot
 	case kCold, kColdWAL:
 		// A fresh process: its own caches, one refresh (untimed,
 		// uncounted) so the snapshot is resident.
 		if db, err = engine.Open(r.e.store, readerConfig()); err == nil {
-			if tb, err = db.Table(plain, r.table); err == nil {
+			if tb, err = db.Table(plain, t.table); err == nil {
 				err = tb.Refresh(plain)
 			}
 		}
@@ -328,34 +415,42 @@ func (r *reads) sample(plain context.Context, p *readPhase, k string) {
 	}
 	before := readCounters(db.Stats())
 	switch k {
-	case kWarm, kCold:
-		id = r.pick(r.base)
-		first, total, err = r.engineRead(ctx, tb, id)
+	case kHot, kWarm, kCold:
+		id = r.pick(t.base)
+		first, total, cached, err = r.engineRead(ctx, tb, id)
 	case kWAL, kColdWAL:
-		id = r.pick(r.wal)
-		first, total, err = r.engineRead(ctx, tb, id)
+		id = r.pick(t.wal)
+		first, total, cached, err = r.engineRead(ctx, tb, id)
 	case kRecent:
-		id = r.pick(*r.recent.Load())
-		first, total, err = r.engineRead(ctx, tb, id)
+		id = r.pick(*t.recent.Load())
+		first, total, cached, err = r.engineRead(ctx, tb, id)
+	case kFresh, kNewest, kEarlier:
+		first, total, cached, err = r.engineRead(ctx, tb, id)
 	case kAbsent:
 		id = fmt.Sprintf("absent-%016x", r.rng.Uint64())
 		total, err = r.absentRead(ctx, tb, id)
 	case kRaw:
 		id = r.pick(r.raw)
 		first, total, err = r.rawRead(ctx, id)
+	case kRawSpan:
+		id = r.pick(r.base)
+		first, total, err = r.rawSpanRead(ctx, id)
 	}
-	if k != kRaw {
+	if k != kRaw && k != kRawSpan {
 		p.stats[k] = p.stats[k].add(readCounters(db.Stats()).sub(before))
 	}
 	if err != nil {
 		p.fail(k, id, err)
 		return
 	}
+	if cached {
+		p.cached[k]++
+	}
 	s.add(first, total)
 }
 
 func quietReads(ctx context.Context, r *reads, samples int) *readPhase {
-	p := newReadPhase("quiet", []string{kWarm, kCold, kWAL, kColdWAL, kAbsent, kRaw})
+	p := newReadPhase("quiet", []string{kHot, kWarm, kCold, kWAL, kColdWAL, kAbsent, kRaw, kRawSpan})
 	start := time.Now()
 	for i := range samples {
 		// Interleave the kinds, rotating the order, so drift in the

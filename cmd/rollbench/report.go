@@ -21,7 +21,35 @@ type report struct {
 	appends      []appendResult
 	memory       []memResult
 	quiet, load  *readPhase
+	backlog      *scaling
+	shards       *scaling
+	sustain      *sustainResult
 	problems     []string
+	warnings     []string
+}
+
+// phases returns every read phase of the run, for the checks.
+func (r *report) phases() []*readPhase {
+	var out []*readPhase
+	for _, ph := range []*readPhase{r.quiet, r.load} {
+		if ph != nil {
+			out = append(out, ph)
+		}
+	}
+	for _, sc := range []*scaling{r.backlog, r.shards} {
+		if sc == nil {
+			continue
+		}
+		for _, row := range sc.rows {
+			if row.phase != nil {
+				out = append(out, row.phase)
+			}
+		}
+	}
+	if r.sustain != nil && r.sustain.reads != nil {
+		out = append(out, r.sustain.reads)
+	}
+	return out
 }
 
 func moduleVersion(path string) string {
@@ -118,29 +146,65 @@ func (r *report) markdown() string {
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), memTotal(), r.load0, r.load1)
 	p("- **Software:** %s; azblob %s on both sides; Azurite %s (`--location` on disk, `--skipApiVersionCheck`)\n",
 		runtime.Version(), moduleVersion("github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"), azuriteVersion())
-	p("- **Reproduce:** `make bench` (full run, ≲ 10 min; rewrites this file) · smoke test: `make bench BENCH_FLAGS=-quick`\n")
-	p("  (< 60 s, prints only) · directly: `./test/azurite/azurite.sh run -- go run ./cmd/rollbench [-quick]`\n")
+	p("- **Reproduce:** `make bench` (full run, ≲ 20 min, 10 of them the merge run; rewrites this file) · smoke test:\n")
+	p("  `make bench BENCH_FLAGS=-quick` (< 90 s, prints only) · directly: `./test/azurite/azurite.sh run -- go run ./cmd/rollbench [-quick]`\n")
+	p("  (`-phases backlog,shards` and the other flags of `go run ./cmd/rollbench -help` run parts; a partial run only prints)\n")
 	p("- **Setup:** rollstore = `engine` with `engine.DefaultConfig()` (shard `bench-0`, `ReclaimGrace` 0) over `objstore/azure`;\n")
 	p("  raw = `azblob.Client`. Both get the same HTTP transport settings (a copy of objstore/azure's) with separate\n")
-	p("  connection pools, the same retry policy, and a fresh container each on the same Azurite. MB = 10⁶ bytes.\n\n")
+	p("  connection pools, the same retry policy, and a fresh container each on the same Azurite. MB = 10⁶ bytes.\n")
+	p("  Sections 7–9 run writers and the merger as processes of their own (`rollbench child`, each one `engine.DB` with\n")
+	p("  its own shard), and time lookups from this process.\n\n")
+
+	r.goalsSection(&b)
 
 	if len(r.problems) > 0 {
 		p("## ❌ FAILED\n\n")
 		for _, pr := range r.problems {
 			p("- %s\n", firstLine(pr))
 		}
-		for _, ph := range []*readPhase{r.quiet, r.load} {
-			if ph == nil {
-				continue
-			}
+		for _, ph := range r.phases() {
 			for _, e := range ph.errs {
 				p("- read error (%s): `%s`\n", ph.name, firstLine(e))
 			}
 		}
 		p("\n")
 	}
+	if len(r.warnings) > 0 {
+		p("## ⚠ Errors outside the reads\n\n")
+		p("Not read errors, so they do not fail the run; each is an error an engine call returned.\n\n")
+		for _, w := range r.warnings {
+			p("- %s\n", firstLine(w))
+		}
+		p("\n")
+	}
 
-	// 1. Appends.
+	if len(r.appends) > 0 {
+		r.appendsSection(&b)
+	}
+	if len(r.memory) > 0 {
+		r.memorySection(&b)
+	}
+	if r.quiet != nil && r.load != nil {
+		r.readsSection(&b)
+	}
+	for i, sc := range []*scaling{r.backlog, r.shards} {
+		if sc != nil {
+			r.scalingSection(&b, 7+i, sc)
+		}
+	}
+	if r.sustain != nil {
+		r.sustainSection(&b)
+	}
+
+	p("\n## Interpretation\n\n")
+	for _, s := range r.interpret() {
+		p("- %s\n", s)
+	}
+	return b.String()
+}
+
+func (r *report) appendsSection(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## 1. Append throughput\n\n")
 	p("Rows are appended with `tb.Append` (acknowledged = durable) by N goroutines; the baseline uploads the same bytes to\n")
 	p("the same Azurite at the same concurrency: `UploadBuffer` for inline-sized payloads, `UploadStream` with objstore/azure's\n")
@@ -161,7 +225,11 @@ func (r *report) markdown() string {
 		p("- raw **%s:** %s\n", a.label, perUnit(a.raw.reqs.http, a.raw.rows))
 	}
 
-	// 2. Memory.
+}
+
+func (r *report) memorySection(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	o := r.o
 	p("\n## 2. Peak memory of one %d MB append\n\n", o.hugeSize/1e6)
 	p("One append alone, its payload streamed from a generator reader. A goroutine samples the Go heap\n")
 	p("(`%s`) every millisecond; the peak RSS is reset through `/proc/self/clear_refs` before and read from `VmHWM` after.\n\n", metricHeapObjects)
@@ -185,13 +253,17 @@ func (r *report) markdown() string {
 		p("misses them on both sides, RSS includes them.\n")
 	}
 
-	// 3 and 4. Reads.
+}
+
+func (r *report) readsSection(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	o := r.o
 	p("\n## 3. Read latency, %d-byte payloads, quiet\n\n", o.readSize)
 	p("One read at a time (latency, not throughput), the kinds interleaved. A read is `tb.OpenPayload(id, 0, -1)` then\n")
 	p("reading to EOF; every byte is compared with what was written. *Headers* is the time until `OpenPayload` (or the raw\n")
 	p("`DownloadStream`) returned, i.e. the payload's response headers arrived; the other columns are time to the last byte\n")
 	p("(for absent ids, time to the not-found answer). Milliseconds; ratios are against the raw SDK GET of the same phase.\n\n")
-	r.readTable(&b, r.quiet)
+	r.readTable(b, r.quiet)
 	p("\n## 4. The same reads under load\n\n")
 	if li := r.load.load; li != nil {
 		p("While the reads ran, the writer process (shard `bench-0`, same table) streamed %d MB appends back to back\n", li.hugeSize/1e6)
@@ -210,10 +282,10 @@ func (r *report) markdown() string {
 		}
 		p("\n\n")
 	}
-	r.readTable(&b, r.load)
+	r.readTable(b, r.load)
 
 	p("\n### What each read kind does\n\n")
-	for _, k := range []string{kWarm, kCold, kWAL, kColdWAL, kRecent, kAbsent, kRaw} {
+	for _, k := range []string{kHot, kWarm, kCold, kWAL, kColdWAL, kRecent, kFresh, kNewest, kEarlier, kAbsent, kRaw, kRawSpan} {
 		p("- **%s**: %s.\n", kindNames[k], kindNotes[k])
 	}
 
@@ -221,18 +293,20 @@ func (r *report) markdown() string {
 	p("Counted by a wrapper around the engine's `objstore.Bucket` (the calls the engine makes, by what the key is) and by\n")
 	p("the HTTP transport (the requests that reached Azurite, with the response bytes received). Under load, requests are\n")
 	p("attributed through the read's context, so the writer's traffic is not in these figures.\n\n")
-	p("| phase | read kind | objstore calls per read | HTTP requests per read | KB received per read |\n")
-	p("|---|---|---|---:|---:|\n")
+	p("| phase | read kind | objstore calls per read | HTTP requests per read | KB received per read | served from the payload cache |\n")
+	p("|---|---|---|---:|---:|---:|\n")
 	for _, ph := range []*readPhase{r.quiet, r.load} {
 		for _, k := range ph.kinds {
 			n := len(ph.series[k].total)
 			t := ph.tallies[k].snap()
 			ops := perUnit(t.ops, n)
-			if k == kRaw {
+			if k == kRaw || k == kRawSpan {
 				ops = "— (raw SDK: " + perUnit(t.http, n) + ")"
+			} else if len(t.ops) == 0 {
+				ops = "none"
 			}
-			p("| %s | %s | %s | %s | %.1f |\n", ph.name, kindNames[k], ops, trimFloat(float64(total(t.http))/float64(max(n, 1))),
-				float64(t.bytes)/1e3/float64(max(n, 1)))
+			p("| %s | %s | %s | %s | %.1f | %d of %d |\n", ph.name, kindNames[k], ops, trimFloat(float64(total(t.http))/float64(max(n, 1))),
+				float64(t.bytes)/1e3/float64(max(n, 1)), ph.cached[k], n)
 		}
 	}
 
@@ -266,12 +340,6 @@ func (r *report) markdown() string {
 		p("\n**Checks passed:** %d + %d reads, 0 read errors, 0 missing-file errors, absent answers = absent lookups.\n",
 			sumSamples(r.quiet), sumSamples(r.load))
 	}
-
-	p("\n## Interpretation\n\n")
-	for _, s := range r.interpret() {
-		p("- %s\n", s)
-	}
-	return b.String()
 }
 
 func (c counters) names() []string {

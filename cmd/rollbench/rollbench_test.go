@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 // The request breakdowns are only as good as the key classes: if the
@@ -99,5 +106,169 @@ func TestStreamAndPayload(t *testing.T) {
 	}
 	if got := perUnit(map[string]int64{"Head manifest": 4, "List wal/": 2, "Put seal": 0}, 2); got != "2 Head manifest + 1 List wal/ + <0.01 Put seal" {
 		t.Fatalf("perUnit = %q", got)
+	}
+}
+
+func TestLeaseKeyClass(t *testing.T) {
+	table, _ := layout.ForTable("reads")
+	lay, err := table.Incarnation(layout.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{lay.ShardLease("bench-0"), lay.MergerLease()} {
+		if got := keyClass(k); got != "lease" {
+			t.Errorf("keyClass(%q) = %q, want lease", k, got)
+		}
+	}
+}
+
+func TestIntList(t *testing.T) {
+	var l intList
+	if err := l.Set("10, 100,1000"); err != nil || l.String() != "10,100,1000" {
+		t.Fatalf("Set: %v, %v", l, err)
+	}
+	for _, bad := range []string{"", "1,x", "0", "10,5", "3,3"} {
+		if err := l.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
+
+// phaseOf builds a read phase whose kinds all took the given latencies
+// (milliseconds), the raw GET rawMS.
+func phaseOf(rawMS float64, kinds map[string]float64) *readPhase {
+	names := []string{kRaw}
+	for k := range kinds {
+		names = append(names, k)
+	}
+	p := newReadPhase("test", names)
+	for range 100 {
+		p.series[kRaw].add(0, time.Duration(rawMS*float64(time.Millisecond)))
+		for k, v := range kinds {
+			p.series[k].add(0, time.Duration(v*float64(time.Millisecond)))
+		}
+	}
+	return p
+}
+
+func TestFlatnessAndLookupGoals(t *testing.T) {
+	flat := &scaling{name: "backlog"}
+	for i, label := range []string{"10", "100", "1000", "5000"} {
+		// The raw GET drifts; the ratios stay at 1.2× (absent) and 1.5× (WAL),
+		// except the WAL hit at 5000, which grows 40%.
+		raw := 1 + 0.1*float64(i)
+		wal := 1.5 * raw
+		if label == "5000" {
+			wal = 2.1 * raw
+		}
+		ph := phaseOf(raw, map[string]float64{kAbsent: 1.2 * raw, kWAL: wal, kWarm: 1.1 * raw})
+		flat.rows = append(flat.rows, &scaleRow{label: label, phase: ph})
+	}
+	rows := scaleRows(flat, false)
+	devs, worst := flatness(rows, kAbsent, 0.5)
+	if worst > 1e-9 || len(devs) != 4 {
+		t.Fatalf("absent flatness: %v, worst %v; want all 0", devs, worst)
+	}
+	if _, worst := flatness(rows, kWAL, 0.5); worst < 0.39 || worst > 0.41 {
+		t.Fatalf("WAL flatness worst %v, want 0.4", worst)
+	}
+	r := &report{o: &options{}, backlog: flat}
+	if g := r.flatGoal(flat, "backlog", false); g.met != 0 || !strings.Contains(g.measured, "WAL hit p50 ±40%") {
+		t.Fatalf("flat goal = %+v, want missed with WAL ±40%%", g)
+	}
+	if g := r.lookupGoal("absent", "≤ 1.5×", kAbsent, 0.5, 1.5, false); g.met != 1 {
+		t.Fatalf("absent goal = %+v, want met", g)
+	}
+	if g := r.lookupGoal("WAL", "≤ 2×", kWAL, 0.5, 2, false); g.met != 0 || !strings.Contains(g.measured, "1.50–2.10×") {
+		t.Fatalf("WAL goal = %+v, want missed, 1.50–2.10×", g)
+	}
+	if g := r.flatGoal(nil, "shards", false); g.met != -1 {
+		t.Fatalf("a table not measured must say so: %+v", g)
+	}
+}
+
+func TestBoundedGoal(t *testing.T) {
+	mk := func(gens ...int) *sustainResult {
+		s := &sustainResult{shards: 3, dur: 10 * time.Minute}
+		for i, g := range gens {
+			s.samples = append(s.samples, pendingSample{at: time.Duration(i) * s.dur / time.Duration(len(gens)), gens: g, maxShard: (g + 2) / 3})
+		}
+		return s
+	}
+	if g := mk(3, 6, 4, 3, 6, 5, 3, 4).boundedGoal(); g.met != 1 {
+		t.Fatalf("steady backlog: %+v, want met", g)
+	}
+	if g := mk(3, 6, 9, 12, 15, 18, 21, 24).boundedGoal(); g.met != 0 {
+		t.Fatalf("growing backlog: %+v, want missed", g)
+	}
+	s := mk(3, 4, 3, 4)
+	s.writers = []childMsg{{Backpressure: 2}}
+	if g := s.boundedGoal(); g.met != 0 {
+		t.Fatalf("back-pressure refusals: %+v, want missed", g)
+	}
+	s = mk(3, 4, 3, 4)
+	s.dur = time.Minute
+	if g := s.boundedGoal(); g.met != -1 {
+		t.Fatalf("a short run does not meet a 10-minute goal: %+v", g)
+	}
+}
+
+func TestReplayRatio(t *testing.T) {
+	rp := replay{pass: passReport{InBytes: 10e6, OutBytes: 10e6}, rawGet: 300 * time.Millisecond, rawPut: 200 * time.Millisecond}
+	rp.pass.Result.Duration = time.Second
+	if got := rp.ratio(); got != 0.5 {
+		t.Fatalf("ratio = %v, want 0.5 (raw moved the same bytes in half the time)", got)
+	}
+	if got := rp.mbps(time.Second); got != 20 {
+		t.Fatalf("mbps = %v, want 20", got)
+	}
+}
+
+// The merger's recorder sees exactly the objects a pass reads whole and the
+// bytes it writes, and passes bodies through unchanged.
+func TestIORecorder(t *testing.T) {
+	ctx := context.Background()
+	table, _ := layout.ForTable("t")
+	lay, _ := table.Incarnation(layout.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
+	mem := memory.New()
+	rec := &ioRecorder{}
+	b := &countingBucket{b: mem, all: newTally(), rec: rec}
+	seg := lay.Segment("s", 1, 1)
+	data, _ := lay.DataFile("00000000000000000001-abcdef")
+	if _, err := b.Put(ctx, seg, bytes.NewReader(make([]byte, 1000)), objstore.PutOptions{Size: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	rec.reset() // the segment's write is the writer's, not the pass's
+	rc, _, err := b.Get(ctx, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(io.Discard, rc); err != nil || n != 1000 {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	rc.Close()
+	if _, err := b.Put(ctx, data, bytes.NewReader(make([]byte, 700)), objstore.PutOptions{Size: 700}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(ctx, lay.Registry(), bytes.NewReader([]byte("{}")), objstore.PutOptions{Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	pr := rec.report(engine.MergeResult{}, time.Now())
+	if len(pr.Inputs) != 1 || pr.Inputs[0] != seg || pr.InBytes != 1000 || pr.OutBytes != 700 || pr.OutFiles != 1 {
+		t.Fatalf("report = %+v", pr)
+	}
+	if _, err := b.AcquireLease(ctx, lay.MergerLease(), 15*time.Second); err != nil {
+		t.Fatalf("leases must pass through the counting bucket: %v", err)
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	tb := &tailBuffer{name: "w"}
+	for i := range 8 {
+		fmt.Fprintf(tb, "line %d\n", i)
+	}
+	fmt.Fprint(tb, "partial")
+	if got := tb.last(); got != "line 3 | line 4 | line 5 | line 6 | line 7" {
+		t.Fatalf("last = %q", got)
 	}
 }
