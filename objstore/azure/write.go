@@ -171,12 +171,15 @@ func (b *Bucket) putUnconditional(ctx context.Context, key string, r io.Reader, 
 
 // stageBlocks uploads r as blocks of blockSize, up to concurrency at a
 // time, and returns their ids in order and the bytes read; nothing is
-// visible until the ids are committed. Memory is concurrency blocks.
+// visible until the ids are committed. Memory is concurrency blocks,
+// reused from block to block.
 //
 // Not the SDK's UploadStream: it stages from buffers it unmaps when it
 // returns, while net/http may still be writing a request body whose answer
 // came early (a 404 for a missing container), which crashes the process.
-// Blocks here are Go memory, alive as long as anything reads them.
+// Blocks here are Go memory, alive as long as anything reads them; a block
+// is reused only after its stage succeeded (the service had read all of
+// it), and one whose stage failed is left to the garbage collector.
 func (b *Bucket) stageBlocks(ctx context.Context, client *blockblob.Client, r io.Reader) ([]string, int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -185,17 +188,25 @@ func (b *Bucket) stageBlocks(ctx context.Context, client *blockblob.Client, r io
 		ids  []string
 		size int64
 		wg   sync.WaitGroup
-		sem  = make(chan struct{}, max(1, b.concurrency))
+		// free holds one token per block in flight: a buffer to reuse, or
+		// nil for one not allocated yet.
+		free = make(chan []byte, max(1, b.concurrency))
 	)
+	for range cap(free) {
+		free <- nil
+	}
 	for n := 0; ; n++ {
+		var buf []byte
 		select {
-		case sem <- struct{}{}:
+		case buf = <-free:
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		buf := make([]byte, b.blockSize)
+		if buf == nil {
+			buf = make([]byte, b.blockSize)
+		}
 		got, err := io.ReadFull(r, buf)
 		if got > 0 {
 			id := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "%s-%08d", prefix, n))
@@ -204,13 +215,15 @@ func (b *Bucket) stageBlocks(ctx context.Context, client *blockblob.Client, r io
 			wg.Add(1)
 			go func(block []byte) {
 				defer wg.Done()
-				defer func() { <-sem }()
 				if _, err := client.StageBlock(ctx, id, nopCloser{bytes.NewReader(block)}, nil); err != nil {
 					cancel(err)
+					free <- nil
+					return
 				}
+				free <- block[:cap(block)]
 			}(buf[:got])
 		} else {
-			<-sem
+			free <- buf
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
