@@ -41,7 +41,7 @@
 //     retry, with other content a conflict, refused before anything is
 //     written). It then writes segment n+1 of its generation
 //     (create-if-absent; the segment carries its row layout in its Arrow
-//     header), swaps the head from count n to n+1 (the new head's body
+//     header), swaps the head from count n to n+1 (the new head's metadata
 //     carries a copy of that layout when it is small), and only then
 //     acknowledges. Keeps: a segment is part of its generation exactly
 //     when a head swap counted it. A segment written but never counted (a

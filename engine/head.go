@@ -3,10 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -21,10 +21,11 @@ import (
 // chain: a segment is part of its generation exactly when a head swap
 // counted it, and a writer that lost the chain (a zombie past its lease, a
 // writer of a dropped table) cannot swap again. The state is kept in the
-// object's metadata; the body repeats it and, when the swap counted a
-// segment of the open generation, carries that segment's layout (see
-// headLayoutMax), so a reader one segment behind learns the new rows from
-// the one GET that told it of them.
+// object's metadata, so one HEAD reads it (the body repeats it as JSON).
+// A swap that counts a segment of the open generation also carries that
+// segment's layout in the metadata when it is small (headLayoutMax): a
+// reader one segment behind learns the new rows from the HEAD that told it
+// of them.
 type head struct {
 	Gen     uint64 `json:"generation"`
 	Segs    uint64 `json:"segments"`
@@ -32,23 +33,21 @@ type head struct {
 	Owner   string `json:"owner"`
 	Commit  string `json:"commit"`
 	Dropped bool   `json:"dropped,omitempty"`
-	// Layout is rowfile.MarshalLayout of segment Segs of generation Gen,
-	// written by the writer that wrote that segment and counted it in this
-	// swap: derived data, a copy of the segment's own embedded layout.
-	Layout []byte `json:"layout,omitempty"`
 
-	layout   *rowfile.Layout // Layout decoded by readHead; nil if absent
+	// layout is the layout of segment Segs of generation Gen, as the
+	// writer that wrote the segment and counted it in this swap encoded
+	// it: a copy of the segment's own embedded layout. nil if the head
+	// carries none.
+	layout   *rowfile.Layout
 	etag     string
 	modified time.Time
 }
 
-// headLayoutMax bounds the layout a head carries. A segment whose layout is
-// larger (thousands of rows) is read the usual way, one ranged GET of its
-// header, so a head stays small enough to GET on every probe.
-const headLayoutMax = 32 << 10
-
-// headBodyMax bounds what readHead reads of a head's body.
-const headBodyMax = headLayoutMax*2 + 4096
+// headLayoutMax bounds the encoded layout a head carries (base64, in the
+// metadata, which Azure caps at 8 KiB in all). A segment whose layout is
+// larger (more than a few dozen rows) is read the usual way, one ranged
+// GET of its header.
+const headLayoutMax = 4 << 10
 
 // errNoHead: the shard has no head yet (no writer ever took it).
 var errNoHead = errors.New("shard has no head")
@@ -67,6 +66,11 @@ func (h head) metadata() map[string]string {
 	if h.Sealed {
 		md["sealed"] = "1"
 	}
+	if h.layout != nil && !h.Sealed && h.Segs > 0 {
+		if enc := base64.StdEncoding.EncodeToString(rowfile.MarshalLayout(h.layout)); len(enc) <= headLayoutMax {
+			md["layout"] = enc
+		}
+	}
 	return md
 }
 
@@ -83,6 +87,13 @@ func headFromAttrs(a objstore.Attrs) (head, error) {
 	if err1 != nil || err2 != nil || h.Gen == 0 {
 		return head{}, fmt.Errorf("%w: head %s has bad metadata %v", ErrCorruptObject, a.Key, md)
 	}
+	if enc := md["layout"]; enc != "" && !h.Sealed && h.Segs > 0 {
+		// A copy: one that does not decode leaves the reader to read the
+		// segment's own header.
+		if raw, err := base64.StdEncoding.DecodeString(enc); err == nil {
+			h.layout, _ = rowfile.UnmarshalLayout(raw)
+		}
+	}
 	return h, nil
 }
 
@@ -90,20 +101,13 @@ func headFromAttrs(a objstore.Attrs) (head, error) {
 // back as written.
 var ErrCorruptObject = errors.New("corrupt object")
 
-// readHead GETs a shard's head: its state from the metadata, and from the
-// body the layout of the segment it counts last, when it carries one.
 func readHead(ctx context.Context, db *DB, inc layout.Inc, shard string) (head, error) {
-	rc, a, err := db.store.Get(ctx, inc.Head(shard))
+	a, err := db.store.Head(ctx, inc.Head(shard))
 	if errors.Is(err, objstore.ErrNotFound) {
 		return head{}, errNoHead
 	}
 	if err != nil {
 		return head{}, err
-	}
-	body, err := io.ReadAll(io.LimitReader(rc, headBodyMax))
-	rc.Close()
-	if err != nil {
-		return head{}, readErr(inc.Head(shard), err)
 	}
 	h, err := headFromAttrs(a)
 	if err != nil {
@@ -112,27 +116,7 @@ func readHead(ctx context.Context, db *DB, inc layout.Inc, shard string) (head, 
 	if h.Dropped {
 		return h, fmt.Errorf("%w: %s", errDropped, inc.Table())
 	}
-	h.layout = headLayout(h, body)
 	return h, nil
-}
-
-// headLayout decodes the layout a head's body carries, if it is the layout
-// of the segment the head counts last. Anything else (no layout, a sealed
-// head, a body that does not decode) leaves the reader to read the
-// segment's own header: the layout is a copy, never the only one.
-func headLayout(h head, body []byte) *rowfile.Layout {
-	if h.Sealed || h.Segs == 0 || len(body) == 0 {
-		return nil
-	}
-	var b head
-	if err := json.Unmarshal(body, &b); err != nil || len(b.Layout) == 0 || b.Gen != h.Gen || b.Segs != h.Segs || b.Commit != h.Commit {
-		return nil
-	}
-	lay, err := rowfile.UnmarshalLayout(b.Layout)
-	if err != nil {
-		return nil
-	}
-	return lay
 }
 
 // casHead swaps the head from prev (its etag; empty to create the head) to

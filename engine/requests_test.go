@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/objstore/faulty"
-	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 // TestRequestsPerLookup counts the store requests of each kind of lookup
@@ -19,9 +18,14 @@ import (
 // external); describing a payload costs none; a hot payload in the payload
 // cache costs none; a miss costs probes of the shards' heads, never a
 // listing.
-func TestRequestsPerLookup(t *testing.T) {
+//
+// It runs on every backend: the cost model must hold on each (the layout a
+// head carries travels in the store's metadata).
+func TestRequestsPerLookup(t *testing.T) { forStores(t, testRequestsPerLookup, true) }
+
+func testRequestsPerLookup(t *testing.T, sc storeCase) {
 	ctx := context.Background()
-	store := memory.New()
+	store := sc.open(t)
 	w := newEnv(t, store, testConfig("s1"))
 	w.put("base-inline", 1000)
 	w.put("base-external", 8<<10) // above InlineMax: its own object

@@ -28,7 +28,7 @@ func TestUnknownOutcomeKeepsExternalPayload(t *testing.T) {
 	// look: the outcome is unknown.
 	e.hooks.Do("head:cas", func(context.Context) error {
 		fb.LoseResponse(faulty.OpPut, faulty.KeyContains("_head.json"), errors.New("connection reset"))
-		fb.Fail(faulty.OpGet, faulty.KeyContains("_head.json"), objstore.ErrThrottled, faulty.Times(8))
+		fb.Fail(faulty.OpHead, faulty.KeyContains("_head.json"), objstore.ErrThrottled, faulty.Times(8))
 		return nil
 	})
 	if err := appendSized(e.tb, "x", size); !errors.Is(err, ErrOutcomeUnknown) {

@@ -44,9 +44,9 @@ func (r *report) interpretScaling(add func(string, ...any), sc *scaling) {
 	}
 	if len(active) > 0 {
 		a := active[len(active)-1]
-		heads := float64(a.phase.tallies[kAbsent].snap().ops["Get head"]) / float64(max(1, len(a.phase.series[kAbsent].total)))
+		heads := float64(a.phase.tallies[kAbsent].snap().ops["Head head"]) / float64(max(1, len(a.phase.series[kAbsent].total)))
 		add("**%s, writers active** (%d writer(s) appending one row per %v each): at %s %s an absent lookup made %s — %.1f shard-head "+
-			"GETs per lookup, issued in parallel but served one after another by Azurite's single thread — and took %s of the raw GET at "+
+			"HEADs per lookup, issued in parallel but served one after another by Azurite's single thread — and took %s of the raw GET at "+
 			"p50 (%s with the writers idle).", what, a.shards, r.o.activeInterval, a.label, unit, desc(a, kAbsent), heads,
 			fx(ratioOf(a.phase, kAbsent, 0.5)), fx(ratioOf(idleOf(idle, a.label).phase, kAbsent, 0.5)))
 		var fresh []string
@@ -64,7 +64,7 @@ func (r *report) interpretScaling(add func(string, ...any), sc *scaling) {
 	// The writers' own cost per append while building.
 	b := idle[len(idle)-1]
 	if b.built > 0 {
-		probes := float64(b.buildOps["Get head"]) / float64(b.built)
+		probes := float64(b.buildOps["Head head"]) / float64(b.built)
 		segGets := float64(b.buildOps["GetRange segment"]) / float64(b.built)
 		if probes > 1.5 || segGets > 0.5 {
 			add("**Writers pay for each other:** building the %s level, each append (one row, one segment) cost the writer %s. Before it "+

@@ -50,7 +50,7 @@ func (r *report) scalingSection(b *strings.Builder, num int, sc *scaling) {
 	p("- **writers idle**: after the writers' last append, IdleAfter plus until a refresh probes no shard head (the writers\n")
 	p("  left the registry's active set); a refresh then reads only the registry (one HEAD).\n")
 	p("- **writers active**: every writer appends one row per %v during the measurement. Active shards are probed at every\n", o.activeInterval)
-	p("  refresh, one GET of each shard's head object, in parallel — but Azurite is one thread and serialises them; a head\n")
+	p("  refresh, one HEAD of each shard's head object, in parallel — but Azurite is one thread and serialises them; a head\n")
 	p("  carries the layout of the segment it counts last, so only a reader more than one segment behind also GETs a range\n")
 	p("  of a segment's header. Each row a writer acknowledges is read by this process as soon as the\n")
 	p("  acknowledgement arrives (*just acknowledged elsewhere*): read-after-write across processes.\n\n")

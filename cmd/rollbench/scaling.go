@@ -22,7 +22,7 @@ import (
 //     probes only the registry;
 //   - writers active: every writer appends one row per -active-interval
 //     during the measurement, so each refresh also probes every active
-//     shard's head (one GET each, in parallel; a head carries the layout
+//     shard's head (one HEAD each, in parallel; a head carries the layout
 //     of the segment it counts last) and reads the layouts of any other
 //     new segments. The rows they acknowledge are read at once by
 //     this process ("just acknowledged elsewhere").
@@ -136,7 +136,7 @@ func (r *reads) waitIdle(ctx context.Context, tb *engine.Table, limit time.Durat
 	for {
 		t := newTally()
 		_, _ = r.absentRead(withTally(ctx, t), tb, fmt.Sprintf("idle-check-%016x", r.rng.Uint64()))
-		heads := t.snap().ops["Get head"]
+		heads := t.snap().ops["Head head"]
 		if heads == 0 {
 			return time.Since(start), ""
 		}
