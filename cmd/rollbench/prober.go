@@ -104,12 +104,12 @@ func (p *prober) window(from, to time.Time) ([]probe, int) {
 
 // phaseStats is the prober's view of one phase.
 type phaseStats struct {
-	name               string
-	dur                time.Duration
-	n, errs            int
-	p50, p99, max      time.Duration
-	slow               int           // probes slower than 1 s
-	stalled            time.Duration // time covered by probes slower than 1 s
+	name          string
+	dur           time.Duration
+	n, errs       int
+	p50, p99, max time.Duration
+	slow          int           // probes slower than 1 s
+	stalled       time.Duration // time covered by probes slower than 1 s
 }
 
 func (p *prober) perPhase(end time.Duration) []phaseStats {
