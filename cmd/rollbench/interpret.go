@@ -63,7 +63,7 @@ func (r *report) interpret() []string {
 		}
 		if len(r.appends) >= 3 {
 			l := r.appends[2]
-			add("Large (%s) appends stream through `UploadStream` like the baseline: %s HTTP requests per payload vs the raw %s "+
+			add("Large (%s) appends stream in 4 MiB blocks, 4 in flight, as the baseline's `UploadStream` does: %s HTTP requests per payload vs the raw %s "+
 				"(the extra ones are the id lookup and the segment put), plus a SHA-256 of the stream.",
 				l.label, trimFloat(float64(total(l.rs.reqs.http))/float64(l.rs.rows)), trimFloat(float64(total(l.raw.reqs.http))/float64(l.raw.rows)))
 		}
@@ -77,7 +77,8 @@ func (r *report) interpret() []string {
 			rssNote = fmt.Sprintf(", RSS +%.1f MiB vs +%.1f MiB", mib(rs.rssPeak-rs.rssBase), mib(raw.rssPeak-raw.rssBase))
 		}
 		add("**Memory** of one %d MB append: Go heap peak +%.1f MiB vs +%.1f MiB for the raw `UploadStream`%s — bounded by block size × "+
-			"upload concurrency (4 MiB × 4) plus the 1 MiB inline-threshold probe, not by the payload size.",
+			"upload concurrency (4 MiB × 4, buffers reused from block to block) plus the 1 MiB inline-threshold probe, not by the payload "+
+			"size. The SDK's buffers are `mmap`s outside the Go heap, objstore/azure's are Go memory, so compare RSS.",
 			rs.size/1e6, mib(rs.heapPeak), mib(raw.heapPeak), rssNote)
 	}
 

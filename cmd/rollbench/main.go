@@ -323,10 +323,16 @@ func run(ctx context.Context, o *options) (err error) {
 	if err != nil {
 		return err
 	}
+	// From here on a raw GET every -probe-every shows Azurite's own pauses,
+	// phase by phase.
+	r.startProber(ctx)
+	defer r.prober.stop()
 	if o.phases["reads"] {
+		r.prober.mark("3. quiet reads")
 		rep.quiet = quietReads(ctx, r, o.samples)
 
 		// 4. The same reads under a large append and merge/reclaim churn.
+		r.prober.mark("4. reads under load")
 		rep.load, err = loadReads(ctx, r, o.loadSamples, o.hugeSize, o.churnRows, o.loadMax)
 		if err != nil {
 			e.problem(err.Error())
@@ -335,11 +341,13 @@ func run(ctx context.Context, o *options) (err error) {
 
 	// 5. Lookups against the backlog and the number of writer shards.
 	if o.phases["backlog"] && ctx.Err() == nil {
+		r.prober.mark("7. backlog scaling")
 		if rep.backlog, err = backlogScaling(ctx, r); err != nil {
 			e.problem("backlog scaling: " + err.Error())
 		}
 	}
 	if o.phases["shards"] && ctx.Err() == nil {
+		r.prober.mark("8. shard scaling")
 		if rep.shards, err = shardScaling(ctx, r); err != nil {
 			e.problem("shard scaling: " + err.Error())
 		}
@@ -347,6 +355,7 @@ func run(ctx context.Context, o *options) (err error) {
 
 	// 6. Merges under sustained writes.
 	if o.phases["merge"] && ctx.Err() == nil {
+		r.prober.mark("9. merges under sustained writes")
 		if rep.sustain, err = sustainedMerge(ctx, r); err != nil {
 			e.problem("merge under sustained writes: " + err.Error())
 		}
@@ -360,6 +369,7 @@ func run(ctx context.Context, o *options) (err error) {
 		rep.problems = append(rep.problems, ph.verify()...)
 	}
 	rep.dur = time.Since(rep.started)
+	rep.probes = r.prober.perPhase(time.Since(r.prober.start))
 	rep.load1 = loadavg()
 
 	// A failed run still writes its report: the measurements stand, and the

@@ -18,7 +18,6 @@ type prober struct {
 	mu     sync.Mutex
 	start  time.Time
 	probes []probe // at: since start
-	errs   []bool
 	phases []phaseMark
 	stop   func()
 }

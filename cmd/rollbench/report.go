@@ -24,6 +24,7 @@ type report struct {
 	backlog      *scaling
 	shards       *scaling
 	sustain      *sustainResult
+	probes       []phaseStats // the prober's, per phase
 	problems     []string
 	warnings     []string
 }
@@ -195,6 +196,9 @@ func (r *report) markdown() string {
 	if r.sustain != nil {
 		r.sustainSection(&b)
 	}
+	if len(r.probes) > 0 {
+		r.proberSection(&b)
+	}
 
 	p("\n## Interpretation\n\n")
 	for _, s := range r.interpret() {
@@ -249,8 +253,9 @@ func (r *report) memorySection(b *strings.Builder) {
 		p("\nrollstore / raw: heap peak %s, RSS growth %s, time %s. Requests of the rollstore append: %s.\n",
 			ratio(float64(rs.heapPeak), float64(raw.heapPeak)), ratio(float64(rs.rssPeak-rs.rssBase), float64(raw.rssPeak-raw.rssBase)),
 			ratio(float64(rs.dur), float64(raw.dur)), perUnit(rs.reqs.http, 1))
-		p("The SDK's `UploadStream` keeps its block buffers in anonymous `mmap`s, outside the Go heap: the heap figure\n")
-		p("misses them on both sides, RSS includes them.\n")
+		p("The SDK's `UploadStream` keeps its block buffers in anonymous `mmap`s, outside the Go heap; objstore/azure stages\n")
+		p("its blocks from Go memory (the SDK unmaps its buffers while net/http may still write from them): the heap figure\n")
+		p("counts rollstore's blocks and misses the SDK's, RSS includes both.\n")
 	}
 
 }
@@ -390,4 +395,20 @@ func (r *report) readTable(b *strings.Builder, ph *readPhase) {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return strings.TrimSpace(s)
+}
+
+// proberSection shows Azurite's own latency phase by phase: a raw GET of
+// one blob every -probe-every, on a goroutine of its own.
+func (r *report) proberSection(b *strings.Builder) {
+	p := func(f string, a ...any) { fmt.Fprintf(b, f, a...) }
+	p("\n## 10. Azurite itself, phase by phase\n\n")
+	p("A raw SDK GET of a %d-byte blob every %v on a goroutine of its own, from the quiet reads on, whatever the\n", r.o.readSize, r.o.probeEvery)
+	p("phases wait for: a pause of Azurite (its metadata saves, its garbage collection) shows here, a pause of one of\n")
+	p("rollstore's processes does not. Milliseconds.\n\n")
+	p("| phase | duration | probes | p50 | p99 | max | failed | probes over 1 s | time covered by them |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.probes {
+		p("| %s | %v | %d | %s | %s | %s | %d | %d | %v |\n", s.name, s.dur.Round(time.Second), s.n, fms(s.p50), fms(s.p99), fms(s.max),
+			s.errs, s.slow, s.stalled.Round(100*time.Millisecond))
+	}
 }
