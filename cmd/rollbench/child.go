@@ -152,7 +152,11 @@ func (c *child) run() error {
 	if err != nil {
 		return err
 	}
-	defer az.Close()
+	defer func() {
+		if err := az.Close(); err != nil {
+			logf("child: closing the store: %v", err)
+		}
+	}()
 	store := &countingBucket{b: az, all: c.tally}
 	cfg := engine.DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -560,8 +564,8 @@ func (p *proc) stop() error {
 		return errors.Join(err, werr)
 	case <-time.After(time.Minute):
 		_ = p.cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("%s did not exit; killed: %w", p.name, errors.Join(err, context.DeadlineExceeded))
+		werr := <-done // killed: its exit status says only that
+		return fmt.Errorf("%s did not exit; killed (%v): %w", p.name, werr, errors.Join(err, context.DeadlineExceeded))
 	}
 }
 
