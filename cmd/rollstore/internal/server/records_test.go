@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,21 @@ func TestStoredOutOfRangeCreatedAtStillReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := store.Put(ctx, seg, bytes.NewReader(bad), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The shard's head carries a copy of the segment's layout (the date
+	// included): without it, a reader takes the layout from the rewritten
+	// segment, as it would from one written with that date.
+	headKey := path.Join(path.Dir(path.Dir(seg)), "_head.json") // <shard>/<generation>/<segment>.arrow
+	body, attrs, err := objstore.ReadAll(ctx, store, headKey, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attrs.Metadata["layout"] == "" {
+		t.Fatalf("head %s carries no layout: %v", headKey, attrs.Metadata)
+	}
+	delete(attrs.Metadata, "layout")
+	if _, err := store.Put(ctx, headKey, bytes.NewReader(body), objstore.PutOptions{Metadata: attrs.Metadata, ContentType: attrs.ContentType}); err != nil {
 		t.Fatal(err)
 	}
 
