@@ -256,6 +256,10 @@ type DB struct {
 
 	mu     sync.Mutex
 	tables map[string]*Table
+	// unsure holds, per table name, the incarnation of this process's
+	// last CreateTable whose outcome stayed unknown: a retry that finds
+	// the descriptor naming it is the same create, and succeeds.
+	unsure map[string]string
 	closed bool
 }
 
@@ -289,6 +293,7 @@ func Open(store objstore.Bucket, cfg Config) (*DB, error) {
 		payloads: cache.New(cfg.PayloadCacheBytes, cache.WithRuntime[payloadKey, []byte](rt)),
 		budget:   newBudget(cfg.MaxPayloadInFlight),
 		tables:   map[string]*Table{},
+		unsure:   map[string]string{},
 	}
 	db.resident = cache.New(max(cfg.CacheBytes/2, 1<<20),
 		cache.WithRuntime[*Table, *snapshot](rt),
@@ -402,6 +407,18 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 		_, err := db.store.Put(ctx, lay.Descriptor(), bytes.NewReader(body), opts)
 		return err
 	}
+	db.mu.Lock()
+	earlier := db.unsure[name]
+	db.mu.Unlock()
+	settle := func(unknown bool) {
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		if unknown {
+			db.unsure[name] = inc.Name()
+		} else if db.unsure[name] == earlier {
+			delete(db.unsure, name)
+		}
+	}
 	err = put(objstore.PutOptions{IfNotExists: true})
 	if errors.Is(err, objstore.ErrPrecondition) {
 		old, attrs, rerr := db.readDescriptor(ctx, lay)
@@ -409,7 +426,16 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 			return rerr
 		}
 		if rerr == nil && old.Incarnation == inc.Name() {
+			settle(false)
 			return nil // this create's own write, whose answer was lost
+		}
+		if rerr == nil && earlier != "" && old.Incarnation == earlier {
+			// An earlier call of this process whose outcome stayed unknown
+			// landed: this is the caller's retry, and that table is the one
+			// asked for. This call's registry is an orphan.
+			settle(false)
+			_ = db.store.Delete(context.WithoutCancel(ctx), inc.Registry())
+			return nil
 		}
 		dropped, derr := db.incarnationDropped(ctx, lay, old.Incarnation)
 		switch {
@@ -430,13 +456,17 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 		old, _, rerr := db.readDescriptor(ctx, lay)
 		switch {
 		case rerr == nil && old.Incarnation == inc.Name():
+			settle(false)
 			return nil
 		case rerr != nil && !errors.Is(rerr, objstore.ErrNotFound):
 			// Still unknown: keep the registry, which the table needs if
-			// the descriptor landed (CollectDropped removes an orphan).
+			// the descriptor landed (CollectDropped removes an orphan),
+			// and remember the incarnation for the caller's retry.
+			settle(true)
 			return fmt.Errorf("creating %s: %w (checking the outcome: %v)", name, err, rerr)
 		}
 	}
+	settle(false)
 	if err != nil {
 		// The new incarnation's registry is an orphan now (CollectDropped
 		// would remove it later).

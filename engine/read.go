@@ -134,8 +134,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 		}
 		causes = append(causes, err)
 		if *attempts >= maxRetries {
-			st.ReadMissingFile.Add(1)
-			return fmt.Errorf("%w: %s after %d attempts: %w", ErrMissingFile, loc.key, *attempts+1, errors.Join(causes...))
+			return t.missing(ctx, fmt.Errorf("%w: %s after %d attempts: %w", ErrMissingFile, loc.key, *attempts+1, errors.Join(causes...)))
 		}
 		*attempts++
 		st.ReadRetries.Add(1)
@@ -475,40 +474,43 @@ func (p *Payload) Read(b []byte) (int, error) { return p.ReadContext(context.Bac
 func (p *Payload) reopen(ctx context.Context, cause error) error {
 	p.rc.Close()
 	p.rc = nil
-	st := p.t.db.stats
+	var err error
 	if p.attempts >= maxRetries {
-		st.ReadMissingFile.Add(1)
-		return fmt.Errorf("%w: payload of %q after %d attempts: %w", ErrMissingFile, p.Record.ID, p.attempts+1, cause)
+		err = p.t.missing(ctx, fmt.Errorf("%w: payload of %q after %d attempts: %w", ErrMissingFile, p.Record.ID, p.attempts+1, cause))
+	} else {
+		p.attempts++
+		p.t.db.stats.ReadRetries.Add(1)
+		err = p.resume(ctx, p.t, false)
 	}
-	p.attempts++
-	st.ReadRetries.Add(1)
-	want := p.Record
-	resume := func(t *Table, dropped bool) error {
-		return t.withRow(ctx, want.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
-			if loc.loc.SHA256 != want.PayloadSHA256 || loc.loc.Size != want.PayloadSize {
-				if dropped {
-					// A new incarnation's row of the same id: not this payload.
-					return fmt.Errorf("%w: %q (the table was dropped and created again while its payload was read)", ErrNotFound, want.ID)
-				}
-				return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, want.ID)
-			}
-			rc, err := t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
-			if err != nil {
-				return err
-			}
-			p.rc = rc
-			return nil
-		})
-	}
-	err := resume(p.t, false)
 	// Dropped under the read: what the table holds now is the answer, as
 	// for a read that began now (see successor).
 	nt, err := p.t.successor(ctx, err)
 	if nt != nil {
 		p.t = nt
-		return resume(nt, true)
+		return p.resume(ctx, nt, true)
 	}
 	return err
+}
+
+// resume opens the rest of the range wherever t holds the row now;
+// dropped says t is a later incarnation than the one the read began on.
+func (p *Payload) resume(ctx context.Context, t *Table, dropped bool) error {
+	want := p.Record
+	return t.withRow(ctx, want.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
+		if loc.loc.SHA256 != want.PayloadSHA256 || loc.loc.Size != want.PayloadSize {
+			if dropped {
+				// A new incarnation's row of the same id: not this payload.
+				return fmt.Errorf("%w: %q (the table was dropped and created again while its payload was read)", ErrNotFound, want.ID)
+			}
+			return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, want.ID)
+		}
+		rc, err := t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
+		if err != nil {
+			return err
+		}
+		p.rc = rc
+		return nil
+	})
 }
 
 // Close releases the read.

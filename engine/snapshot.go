@@ -247,8 +247,7 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64, probeBase bo
 	if reg, _, err := readRegistry(ctx, t.db, t.lay); errors.Is(err, objstore.ErrNotFound) || (err == nil && reg.Dropped) {
 		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
 	}
-	t.db.stats.ReadMissingFile.Add(1)
-	return nil, fmt.Errorf("%w: refreshing %s: %w", ErrMissingFile, t.Name(), lastErr)
+	return nil, t.missing(ctx, fmt.Errorf("%w: refreshing %s: %w", ErrMissingFile, t.Name(), lastErr))
 }
 
 type headResult struct {

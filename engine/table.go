@@ -124,6 +124,19 @@ func (t *Table) checkDescriptor(ctx context.Context) error {
 	return err
 }
 
+// missing is the answer for a file still missing after the bounded
+// retries: err (ErrMissingFile), unless the incarnation was dropped
+// meanwhile. A drop deletes every file of the incarnation after its
+// descriptor (doc.go, step 8), so then the drop is the answer, never a
+// missing file.
+func (t *Table) missing(ctx context.Context, err error) error {
+	if ierr := t.checkIncarnation(ctx); errors.Is(ierr, errDropped) {
+		return t.noteGone(ierr)
+	}
+	t.db.stats.ReadMissingFile.Add(1)
+	return err
+}
+
 // checkIncarnation is checkDescriptor for a caller that must not go on
 // without an answer: a failed check is returned as it is.
 func (t *Table) checkIncarnation(ctx context.Context) error {
