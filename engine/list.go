@@ -150,20 +150,26 @@ func (t *Table) list(ctx context.Context, opts ListOptions) (ListPage, error) {
 	if err != nil {
 		return ListPage{}, err
 	}
+	var causes []error // every attempt's failure, reported together
 	for attempt := 0; ; attempt++ {
 		s, withWAL, err := t.listSnapshot(ctx, opts.Version, attempt > 0)
 		if err != nil {
 			return ListPage{}, err
 		}
 		page, err := t.listPage(ctx, s, after, withWAL, opts)
-		if errors.Is(err, objstore.ErrNotFound) && opts.Version == 0 && attempt < maxRetries {
-			t.db.stats.ReadRetries.Add(1)
-			continue // a generation was reclaimed under us: its rows are in a newer base
-		}
 		if errors.Is(err, objstore.ErrNotFound) && opts.Version > 0 {
 			return ListPage{}, fmt.Errorf("%w: version %d: %w", ErrVersionGone, opts.Version, err)
 		}
-		return page, err
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return page, err
+		}
+		// A generation was reclaimed under us: its rows are in a newer
+		// base, which the next attempt loads. Bounded, as every read.
+		causes = append(causes, err)
+		if attempt >= maxRetries {
+			return ListPage{}, t.missing(ctx, fmt.Errorf("%w: listing %s after %d attempts: %w", ErrMissingFile, t.Name(), attempt+1, errors.Join(causes...)))
+		}
+		t.db.stats.ReadRetries.Add(1)
 	}
 }
 
