@@ -109,7 +109,9 @@
 //   - A file that vanishes under a read (reclaimed, or collected under a
 //     stale snapshot) is retried against a refresh that probes for the
 //     newest base, at most twice (also for bodies that fail mid-stream);
-//     a file still missing is ErrMissingFile, never a silent not-found.
+//     a file still missing is ErrMissingFile, never a silent not-found
+//     (lists and scans alike), unless the table was dropped meanwhile:
+//     then the drop is the answer.
 //   - The resident snapshot serves reads without a refresh for at most
 //     ResidentMaxAge, so another process's drop (or merge) is noticed
 //     within it; a read that meets a dropped incarnation is served by the
