@@ -34,11 +34,12 @@ type head struct {
 	Commit  string `json:"commit"`
 	Dropped bool   `json:"dropped,omitempty"`
 
-	// layout is the layout of segment Segs of generation Gen, as the
-	// writer that wrote the segment and counted it in this swap encoded
-	// it: a copy of the segment's own embedded layout. nil if the head
-	// carries none.
-	layout   *rowfile.Layout
+	// layout is the metadata's "layout": the layout of segment Segs of
+	// generation Gen (base64 of rowfile.MarshalLayout), as the writer that
+	// wrote the segment and counted it in this swap encoded it, a copy of
+	// the segment's own embedded layout; empty if the head carries none.
+	// Readers decode it only when they need that segment (countedLayout).
+	layout   string
 	etag     string
 	modified time.Time
 }
@@ -66,12 +67,34 @@ func (h head) metadata() map[string]string {
 	if h.Sealed {
 		md["sealed"] = "1"
 	}
-	if h.layout != nil && !h.Sealed && h.Segs > 0 {
-		if enc := base64.StdEncoding.EncodeToString(rowfile.MarshalLayout(h.layout)); len(enc) <= headLayoutMax {
-			md["layout"] = enc
-		}
+	if h.layout != "" && !h.Sealed && h.Segs > 0 {
+		md["layout"] = h.layout
 	}
 	return md
+}
+
+// headLayout encodes the layout a head that counts its segment carries, or
+// "" when it is larger than headLayoutMax.
+func headLayout(lay *rowfile.Layout) string {
+	if enc := base64.StdEncoding.EncodeToString(rowfile.MarshalLayout(lay)); len(enc) <= headLayoutMax {
+		return enc
+	}
+	return ""
+}
+
+// countedLayout decodes the layout of the segment the head counts last,
+// nil if it carries none. A copy: one that does not decode leaves the
+// reader to read the segment's own header.
+func (h head) countedLayout() *rowfile.Layout {
+	if h.layout == "" || h.Sealed || h.Segs == 0 {
+		return nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(h.layout)
+	if err != nil {
+		return nil
+	}
+	lay, _ := rowfile.UnmarshalLayout(raw)
+	return lay
 }
 
 func headFromAttrs(a objstore.Attrs) (head, error) {
@@ -87,13 +110,7 @@ func headFromAttrs(a objstore.Attrs) (head, error) {
 	if err1 != nil || err2 != nil || h.Gen == 0 {
 		return head{}, fmt.Errorf("%w: head %s has bad metadata %v", ErrCorruptObject, a.Key, md)
 	}
-	if enc := md["layout"]; enc != "" && !h.Sealed && h.Segs > 0 {
-		// A copy: one that does not decode leaves the reader to read the
-		// segment's own header.
-		if raw, err := base64.StdEncoding.DecodeString(enc); err == nil {
-			h.layout, _ = rowfile.UnmarshalLayout(raw)
-		}
-	}
+	h.layout = md["layout"]
 	return h, nil
 }
 

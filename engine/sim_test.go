@@ -30,6 +30,7 @@ import (
 
 	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
@@ -1052,31 +1053,10 @@ func (s *simStore) GetRange(ctx context.Context, key string, off, n int64) (io.R
 		s.w.poisoned[key] = left
 	}
 	if poisoned {
-		return &failingBody{rc: rc, left: left, err: fmt.Errorf("%s: %w: %w", key, objstore.ErrNotFound, errInjected)}, nil
+		return faulty.FailAfter(rc, left, fmt.Errorf("%s: %w: %w", key, objstore.ErrNotFound, errInjected)), nil
 	}
 	return rc, nil
 }
-
-// failingBody reads left bytes, then fails with err.
-type failingBody struct {
-	rc   io.ReadCloser
-	left int64
-	err  error
-}
-
-func (f *failingBody) Read(p []byte) (int, error) {
-	if f.left <= 0 {
-		return 0, f.err
-	}
-	if int64(len(p)) > f.left {
-		p = p[:f.left]
-	}
-	n, err := f.rc.Read(p)
-	f.left -= int64(n)
-	return n, err
-}
-
-func (f *failingBody) Close() error { return f.rc.Close() }
 
 func (s *simStore) Head(ctx context.Context, key string) (objstore.Attrs, error) {
 	if err := s.enter("head", key); err != nil {

@@ -363,14 +363,8 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		got[name] = lateHeads[i]
 	}
 	for _, name := range sortedKeys(got) {
-		r := got[name]
-		if r.err != nil && !errors.Is(r.err, errNoHead) {
+		if r := got[name]; r.err != nil && !errors.Is(r.err, errNoHead) {
 			return nil, r.err
-		}
-		if lay := r.h.layout; lay != nil {
-			// The segment the head counts last, as its writer encoded it:
-			// fetching it below finds it here.
-			db.layouts.Add(t.lay.Segment(name, r.h.Gen, r.h.Segs), lay, lay.MemSize())
 		}
 	}
 
@@ -488,6 +482,11 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 					continue
 				}
 				gen, from, to := g, uint64(len(have))+1, h.Segs
+				if lay := h.countedLayout(); lay != nil {
+					// The segment the head counts last, as its writer
+					// encoded it: fetching it below finds it here.
+					db.layouts.Add(t.lay.Segment(name, gen, h.Segs), lay, lay.MemSize())
+				}
 				fetches = append(fetches, func(ctx context.Context) error {
 					ss, err := t.segmentLayouts(ctx, name, gen, from, to)
 					if err != nil {

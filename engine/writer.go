@@ -661,7 +661,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 			}
 		}
 	}
-	nh, err := casHead(ctx, t.db, t.lay, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id, layout: lay})
+	nh, err := casHead(ctx, t.db, t.lay, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id, layout: headLayout(lay)})
 	if err != nil {
 		if errors.Is(err, errHeadMoved) {
 			err = fmt.Errorf("%w: %w", ErrFenced, err)
@@ -669,7 +669,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 		w.fail(batch, err)
 		return t.noteGone(err)
 	}
-	nh.layout = nil // kept once, in the layouts cache
+	nh.layout = "" // kept once, in the layouts cache
 	w.head = nh
 	t.db.layouts.Add(key, lay, lay.MemSize())
 	if len(w.segs) == 0 {

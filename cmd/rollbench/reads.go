@@ -319,16 +319,7 @@ func (r *reads) engineRead(ctx context.Context, tb *engine.Table, id string) (fi
 }
 
 func (r *reads) rawRead(ctx context.Context, id string) (first, total time.Duration, err error) {
-	start := time.Now()
-	resp, err := r.e.raw.DownloadStream(ctx, r.e.rawContainer, r.table+"/"+id, nil)
-	if err != nil {
-		return 0, time.Since(start), err
-	}
-	first = time.Since(start)
-	n, err := io.ReadFull(resp.Body, r.buf)
-	total = time.Since(start)
-	resp.Body.Close()
-	return first, total, r.check(id, n, err)
+	return r.rawDownload(ctx, id, r.e.rawContainer, r.table+"/"+id, nil)
 }
 
 // rawSpanRead reads the span of the store where id's payload is, with the
@@ -338,8 +329,14 @@ func (r *reads) rawSpanRead(ctx context.Context, id string) (first, total time.D
 	if !ok || sp.key == "" {
 		return 0, 0, fmt.Errorf("no span recorded for %s", id)
 	}
+	return r.rawDownload(ctx, id, r.e.rsContainer, sp.key, &azblob.DownloadStreamOptions{Range: azblob.HTTPRange{Offset: sp.off, Count: sp.n}})
+}
+
+// rawDownload times one raw SDK download of id's payload bytes: to the
+// response headers, and to the last byte.
+func (r *reads) rawDownload(ctx context.Context, id, container, key string, opts *azblob.DownloadStreamOptions) (first, total time.Duration, err error) {
 	start := time.Now()
-	resp, err := r.e.raw.DownloadStream(ctx, r.e.rsContainer, sp.key, &azblob.DownloadStreamOptions{Range: azblob.HTTPRange{Offset: sp.off, Count: sp.n}})
+	resp, err := r.e.raw.DownloadStream(ctx, container, key, opts)
 	if err != nil {
 		return 0, time.Since(start), err
 	}

@@ -306,7 +306,7 @@ func (b *Bucket) FailRead(op Op, m Match, after int64, err error, opts ...Option
 		panic("faulty: FailRead with a nil error")
 	}
 	return b.add(&Rule{op: op, pt: Opened, m: m, act: func(_ context.Context, _ string, c *callState) error {
-		*c.body = &failingBody{rc: *c.body, left: after, err: err}
+		*c.body = FailAfter(*c.body, after, err)
 		return nil
 	}}, nil, opts)
 }
@@ -570,6 +570,13 @@ func (b *Bucket) leaseCall(ctx context.Context, op Op, key string, fn func(conte
 		return herr
 	}
 	return err
+}
+
+// FailAfter wraps a body so that it delivers n bytes, then fails every
+// Read with err: a body cut off mid-stream (FailRead's, and any test's
+// own store wrapper's).
+func FailAfter(rc io.ReadCloser, n int64, err error) io.ReadCloser {
+	return &failingBody{rc: rc, left: n, err: err}
 }
 
 // failingBody returns err once left bytes have been read.

@@ -52,7 +52,7 @@ MUTANTS = [
     ("11-merge-skips-a-generation", "a merge plan with a gap moves the watermark over an unmerged generation",
      "engine/merge.go", "\t\t\tg := wm + 1 + uint64(i)\n", "\t\t\tg := wm + 1 + uint64(i)\n\t\t\tif i == 1 {\n\t\t\t\tg++\n\t\t\t}\n"),
     ("12-head-layout-misfiled", "the layout a head carries is taken for the segment after the one it counts",
-     "engine/snapshot.go", "db.layouts.Add(t.lay.Segment(name, r.h.Gen, r.h.Segs), lay,", "db.layouts.Add(t.lay.Segment(name, r.h.Gen, r.h.Segs+1), lay,"),
+     "engine/snapshot.go", "db.layouts.Add(t.lay.Segment(name, gen, h.Segs), lay,", "db.layouts.Add(t.lay.Segment(name, gen, h.Segs+1), lay,"),
 ]
 
 

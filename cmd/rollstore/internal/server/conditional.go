@@ -87,26 +87,10 @@ func ifMatch(v, tag string) tri {
 	if v == "" {
 		return none
 	}
-	for {
-		v = textproto.TrimString(v)
-		switch {
-		case v == "":
-			return no
-		case v[0] == ',':
-			v = v[1:]
-			continue
-		case v[0] == '*':
-			return yes
-		}
-		e, rest := scanETag(v)
-		if e == "" {
-			return no
-		}
-		if strongMatch(e, tag) {
-			return yes
-		}
-		v = rest
+	if listNames(v, func(e string) bool { return strongMatch(e, tag) }) {
+		return yes
 	}
+	return no
 }
 
 // ifNoneMatch: false (the representation matches, so: not modified) if
@@ -115,23 +99,30 @@ func ifNoneMatch(v, tag string) tri {
 	if v == "" {
 		return none
 	}
+	if listNames(v, func(e string) bool { return strings.TrimPrefix(e, "W/") == strings.TrimPrefix(tag, "W/") }) {
+		return no
+	}
+	return yes
+}
+
+// listNames reports whether the entity-tag list v is "*" or holds a tag
+// eq accepts, scanning as net/http does; a malformed list names nothing
+// from the malformed entry on.
+func listNames(v string, eq func(etag string) bool) bool {
 	for {
 		v = textproto.TrimString(v)
 		switch {
 		case v == "":
-			return yes
+			return false
 		case v[0] == ',':
 			v = v[1:]
 			continue
 		case v[0] == '*':
-			return no
+			return true
 		}
 		e, rest := scanETag(v)
-		if e == "" {
-			return yes
-		}
-		if strings.TrimPrefix(e, "W/") == strings.TrimPrefix(tag, "W/") {
-			return no
+		if e == "" || eq(e) {
+			return e != ""
 		}
 		v = rest
 	}
