@@ -838,6 +838,14 @@ func (w *simWorld) opFlush(ctx context.Context, p *simProc) {
 
 func (w *simWorld) opMerge(ctx context.Context, p *simProc) {
 	epoch := w.epoch
+	// The merge's retention lists the versions after this point, so its
+	// newest listed version is at least the newest committed by now (or
+	// the one it commits itself). A version committed by another merge
+	// meanwhile may not be in its listing: it bounds nothing.
+	var known uint64
+	if len(w.versions) > 0 {
+		known = slices.Max(w.versions)
+	}
 	tb, err := w.table(ctx, p)
 	var res MergeResult
 	if err == nil {
@@ -853,8 +861,8 @@ func (w *simWorld) opMerge(ctx context.Context, p *simProc) {
 	if res.Version > 0 {
 		w.versions = append(w.versions, res.Version)
 	}
-	if err == nil && res.VersionsCollected > 0 && len(w.versions) > 0 {
-		latest := slices.Max(w.versions)
+	if err == nil && res.VersionsCollected > 0 {
+		latest := max(known, res.Version)
 		if latest+1 > uint64(p.db.cfg.RetainVersions) {
 			w.goneBelow = max(w.goneBelow, latest+1-uint64(p.db.cfg.RetainVersions))
 		}

@@ -232,11 +232,11 @@ const maxRefreshAttempts = 4
 func (t *Table) refreshSnapshot(ctx context.Context, flight uint64, probeBase bool) (*snapshot, error) {
 	t.db.stats.Refreshes.Add(1)
 	cur := t.snap.Load()
-	var lastErr error
+	var causes []error // every attempt's failure, reported together
 	for attempt := 0; attempt < maxRefreshAttempts; attempt++ {
 		s, err := t.buildSnapshot(ctx, cur, flight, probeBase || attempt > 0)
 		if errors.Is(err, objstore.ErrNotFound) {
-			lastErr = err
+			causes = append(causes, err)
 			t.db.stats.RefreshRetries.Add(1)
 			continue
 		}
@@ -247,7 +247,7 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64, probeBase bo
 	if reg, _, err := readRegistry(ctx, t.db, t.lay); errors.Is(err, objstore.ErrNotFound) || (err == nil && reg.Dropped) {
 		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
 	}
-	return nil, t.missing(ctx, fmt.Errorf("%w: refreshing %s: %w", ErrMissingFile, t.Name(), lastErr))
+	return nil, t.missing(ctx, fmt.Errorf("%w: refreshing %s after %d attempts: %w", ErrMissingFile, t.Name(), maxRefreshAttempts, errors.Join(causes...)))
 }
 
 type headResult struct {
