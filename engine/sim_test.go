@@ -13,11 +13,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -137,6 +139,12 @@ type simWorld struct {
 	// every later body of it fails midway as if the object had vanished
 	// (what Azure's resumed read of a deleted blob answers).
 	pPoison float64
+	// pStall is the chance that a writer process freezes exactly at one of
+	// its compare-and-swaps of the registry or a shard's head, and a
+	// successor for its shard starts: a zombie caught between deciding and
+	// writing, the schedule that fencing exists for (random freezes rarely
+	// land there).
+	pStall float64
 	// poisoned maps a key to how many bytes its bodies give before failing.
 	poisoned map[string]int64
 
@@ -152,6 +160,7 @@ type simWorld struct {
 	epoch     int
 	times     []time.Time // simulated time of each event
 	dropping  bool        // a drop is running
+	settling  bool        // the workload is over: what runs may finish
 	dropEnd   int         // event at which the last drop completed
 	events    int
 	inflight  int
@@ -162,14 +171,15 @@ type simWorld struct {
 }
 
 type simProc struct {
-	ops    int  // operations running on it
-	fixed  bool // never frozen or crashed (a checking process)
-	name   string
-	p      *sched.Proc
-	db     *DB
-	shard  string
-	dead   bool
-	frozen bool
+	ops     int  // operations running on it
+	fixed   bool // never frozen or crashed (a checking process)
+	name    string
+	p       *sched.Proc
+	db      *DB
+	shard   string
+	dead    bool
+	frozen  bool
+	closing bool // shutting down cleanly: takes no new operations
 }
 
 // simRow is one logical row: its id fixes its content.
@@ -225,6 +235,7 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	w.pLose = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
 	w.pPoison = []float64{0, 0, 0.001, 0.005}[w.rng.IntN(4)]
 	w.poisoned = map[string]int64{}
+	w.pStall = []float64{0, 0, 0.05, 0.2}[w.rng.IntN(4)]
 	s.Jitter = []float64{0, 0.001, 0.01}[w.rng.IntN(3)]
 	s.MaxJitter = 20 * time.Second
 	ops := opts.ops
@@ -282,11 +293,13 @@ func (w *simWorld) config(p *sched.Proc, shard string) Config {
 
 func (w *simWorld) newProc(name, shard string) *simProc {
 	p := w.s.NewProc(fmt.Sprintf("%s.%d", name, len(w.procs)))
-	db, err := Open(&simStore{w: w, proc: p, inner: w.mem}, w.config(p, shard))
+	st := &simStore{w: w, proc: p, inner: w.mem}
+	db, err := Open(st, w.config(p, shard))
 	if err != nil {
 		panic(err)
 	}
 	sp := &simProc{name: p.Name(), p: p, db: db, shard: shard}
+	st.sp = sp
 	w.procs = append(w.procs, sp)
 	return sp
 }
@@ -295,7 +308,7 @@ func (w *simWorld) newProc(name, shard string) *simProc {
 func (w *simWorld) live(writers, unfrozen bool) []*simProc {
 	var out []*simProc
 	for _, p := range w.procs {
-		if !p.dead && (!writers || p.shard != "") && (!unfrozen || !p.frozen) {
+		if !p.dead && !p.closing && (!writers || p.shard != "") && (!unfrozen || !p.frozen) {
 			out = append(out, p)
 		}
 	}
@@ -362,8 +375,13 @@ func (w *simWorld) drive(ops int) {
 			w.start(w.pick(w.live(false, true)), "sweep", w.opSweep)
 		case r < 88:
 			w.crash()
-		case r < 91:
+		case r < 90:
 			w.freeze()
+		case r < 91:
+			if p := w.pick(w.victims(true)); p != nil && len(w.live(false, true)) >= 3 {
+				p.closing = true
+				w.start(p, "restart", w.opRestart)
+			}
 		case r < 94:
 			w.thaw()
 		case r < 97:
@@ -378,6 +396,7 @@ func (w *simWorld) drive(ops int) {
 		}
 	}
 	// Let everything alive finish, zombies included.
+	w.settling = true
 	for _, p := range w.procs {
 		if p.frozen && !p.dead {
 			p.frozen = false
@@ -464,6 +483,38 @@ func (w *simWorld) freeze() {
 	if p.shard != "" && w.rng.IntN(2) == 0 {
 		w.newProc(strings.SplitN(p.name, ".", 2)[0]+"z", p.shard)
 	}
+}
+
+// opRestart shuts p down cleanly once its other operations finished (a pod
+// of a rolling restart: its writers seal and leave the registry) and starts
+// its replacement.
+func (w *simWorld) opRestart(ctx context.Context, p *simProc) {
+	for p.ops > 1 {
+		ev, timeout := w.opDone, p.p.After(time.Second)
+		_, err := p.p.Wait(ctx, ev, timeout)
+		sched.Stop(timeout)
+		if err != nil {
+			return
+		}
+	}
+	_ = p.db.Close(ctx) // a failed seal is the next owner's to finish
+	p.dead = true
+	if p.shard != "" {
+		w.newProc(strings.SplitN(p.name, ".", 2)[0], p.shard)
+	} else {
+		w.newProc("r", "")
+	}
+}
+
+// stall freezes writer p where it stands (at a compare-and-swap) and starts
+// a successor for its shard.
+func (w *simWorld) stall(p *simProc) {
+	if w.settling || p.fixed || p.dead || p.frozen || len(w.live(false, true)) < 3 {
+		return
+	}
+	p.frozen = true
+	p.p.Freeze()
+	w.newProc(strings.SplitN(p.name, ".", 2)[0]+"s", p.shard)
 }
 
 func (w *simWorld) thaw() {
@@ -1005,6 +1056,7 @@ func (w *simWorld) finalRead(ctx context.Context, p *simProc, when string) {
 // answer after.
 type simStore struct {
 	w     *simWorld
+	sp    *simProc
 	proc  *sched.Proc
 	inner *memory.Bucket
 }
@@ -1012,6 +1064,10 @@ type simStore struct {
 func (s *simStore) enter(op, key string) error {
 	if s.w.halted {
 		return sched.ErrHalted
+	}
+	if s.w.faults && op == "put" && s.sp.shard != "" && (strings.HasSuffix(key, "/_registry.json") || strings.HasSuffix(key, "/_head.json")) &&
+		s.w.rng.Float64() < s.w.pStall {
+		s.w.stall(s.sp)
 	}
 	if s.w.trace {
 		s.proc.Point(op + " " + key)
@@ -1078,7 +1134,45 @@ func (s *simStore) Put(ctx context.Context, key string, r io.Reader, opts objsto
 		return objstore.Attrs{}, err
 	}
 	a, err := s.inner.Put(ctx, key, r, opts)
+	if err == nil && strings.HasSuffix(key, "/_head.json") {
+		s.w.checkRegistered(ctx, key)
+	}
 	return a, s.leave("put", key, err)
+}
+
+// checkRegistered checks, as a head swap lands, what read-after-write across
+// processes rests on: a head that counts a segment of an open generation is
+// swapped by a writer the registry lists for that shard (a reader probes
+// only the heads of active shards and of shards that changed; a writer
+// leaves only when idle, registers again before it acknowledges, and only
+// an owner that fenced it may remove it). Checked at the swap rather than
+// at a later read, which would need an unlikely schedule to notice.
+func (w *simWorld) checkRegistered(ctx context.Context, headKey string) {
+	a, err := w.mem.Head(ctx, headKey)
+	if err != nil {
+		return
+	}
+	h, err := headFromAttrs(a)
+	if err != nil || h.Sealed || h.Dropped || h.Segs == 0 {
+		return
+	}
+	shard := path.Base(path.Dir(headKey))
+	data, _, err := objstore.ReadAll(ctx, w.mem, path.Dir(path.Dir(headKey))+"/_registry.json", 1<<20)
+	if err != nil {
+		return // dropped
+	}
+	var reg registry
+	if err := json.Unmarshal(data, &reg); err != nil {
+		w.problem("registry: %v", err)
+		return
+	}
+	if reg.Dropped {
+		return
+	}
+	if !slices.ContainsFunc(reg.Shards[shard].Writers, func(e regEntry) bool { return e.Name == h.Owner }) {
+		w.problem("%s's head counts segment %d of generation %d for writer %s, whom the registry does not list (%+v): readers may stop probing it",
+			shard, h.Segs, h.Gen, h.Owner, reg.Shards[shard])
+	}
 }
 
 func (s *simStore) Delete(ctx context.Context, key string) error {

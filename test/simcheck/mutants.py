@@ -53,6 +53,8 @@ MUTANTS = [
      "engine/merge.go", "\t\t\tg := wm + 1 + uint64(i)\n", "\t\t\tg := wm + 1 + uint64(i)\n\t\t\tif i == 1 {\n\t\t\t\tg++\n\t\t\t}\n"),
     ("12-head-layout-misfiled", "the layout a head carries is taken for the segment after the one it counts",
      "engine/snapshot.go", "db.layouts.Add(t.lay.Segment(name, gen, h.Segs), lay,", "db.layouts.Add(t.lay.Segment(name, gen, h.Segs+1), lay,"),
+    ("13-fenced-owner-deregisters", "a fenced owner's late registry update removes its successor: the shard looks idle while it commits",
+     "engine/registry.go", "\t\t\tif x.Name == writer || (only && x.Gen < gen) {\n", "\t\t\tif x.Name == writer || only {\n"),
 ]
 
 
