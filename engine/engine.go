@@ -533,33 +533,42 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	if t != nil && t.retiredErr() == nil {
 		return t, nil
 	}
+	t, _, err = db.tableNow(ctx, lay)
+	return t, err
+}
+
+// tableNow returns the handle of the incarnation the descriptor names now,
+// retiring a cached handle of another (dropped and created again
+// elsewhere), and the descriptor's ETag.
+func (db *DB) tableNow(ctx context.Context, lay layout.Table) (*Table, string, error) {
+	name := lay.Name()
 	desc, attrs, err := db.readDescriptor(ctx, lay)
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
+			return nil, "", fmt.Errorf("%w: %s", ErrTableNotFound, name)
 		}
-		return nil, err
+		return nil, "", err
 	}
 	inc, err := lay.Incarnation(desc.Incarnation)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.closed {
-		return nil, ErrClosed
+		return nil, "", ErrClosed
 	}
 	if t := db.tables[name]; t != nil && t.retiredErr() == nil {
 		if t.lay.Name() == inc.Name() {
-			return t, nil
+			return t, attrs.ETag, nil
 		}
 		// Dropped and created again elsewhere: this handle is for the
 		// old incarnation.
 		t.retire(fmt.Errorf("%w: %s was dropped", errDropped, name))
 	}
-	t = newTable(db, inc, attrs.ETag)
+	t := newTable(db, inc, attrs.ETag)
 	db.tables[name] = t
-	return t, nil
+	return t, attrs.ETag, nil
 }
 
 // forget removes t from the open tables if it is still the one there.
@@ -580,13 +589,21 @@ func (db *DB) forget(t *Table) {
 //     head: any writer of the incarnation, in any process, fails its next
 //     compare-and-swap on the head and acknowledges nothing more (a write
 //     whose head swap landed before this step happened before the drop).
-//  3. The descriptor is deleted: the name is free, and a new table of that
-//     name is a new incarnation sharing no key with this one.
+//  3. The descriptor is deleted if it still names this incarnation (a
+//     conditional delete: a table created again meanwhile keeps its own):
+//     the name is free, and a new table of that name is a new incarnation
+//     sharing no key with this one.
 //  4. The incarnation's objects are deleted. What cannot be deleted yet (a
 //     lease another process holds, a late write of a stopped process) is
 //     left under the dead incarnation for CollectDropped.
 func (db *DB) DropTable(ctx context.Context, name string) error {
-	t, err := db.Table(ctx, name)
+	lay, err := layout.ForTable(name)
+	if err != nil {
+		return err
+	}
+	// The incarnation dropped is the one the descriptor names now, not a
+	// cached handle's, which may be of one dropped elsewhere already.
+	t, etag, err := db.tableNow(ctx, lay)
 	if err != nil {
 		return err
 	}
@@ -599,13 +616,12 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	if err := db.point(ctx, "drop:fenced"); err != nil {
 		return err
 	}
-	// Only the descriptor naming this incarnation is deleted: a table
-	// created again meanwhile (its descriptor names another) stays.
-	if desc, _, err := db.readDescriptor(ctx, t.tableLay); err == nil && desc.Incarnation == t.lay.Name() {
-		if err := db.store.Delete(ctx, t.tableLay.Descriptor()); err != nil {
-			return err
-		}
-	} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+	// Only the descriptor naming this incarnation is deleted: a create
+	// may have replaced it since it was read (the incarnation's registry is
+	// a tombstone now, which a create takes for a free name), and that
+	// table stays.
+	err = db.store.DeleteIfMatch(ctx, t.tableLay.Descriptor(), etag)
+	if err != nil && !errors.Is(err, objstore.ErrPrecondition) {
 		return err
 	}
 	_, err = deleteIncarnation(ctx, db, t.lay, 0, true)

@@ -695,3 +695,67 @@ func TestRefreshRetriesSpentKeepEveryCause(t *testing.T) {
 		t.Fatalf("get after the faults: %v", err)
 	}
 }
+
+// A merger that lost its lease commits a version number that was collected
+// meanwhile: its create-if-absent succeeds, the key being free. That object
+// is not the table's version: a pinned read of the number answers gone, as
+// it did before the late commit, never the late merger's rows; the versions
+// retained, and reads of the newest, are untouched.
+//
+//  1. x is sealed. M1 (no merger lease: two mergers) plans version 1 from
+//     the empty base, writes its data, and stalls before its commit.
+//  2. M2 merges x, then y, then z: versions 1, 2, 3; retention
+//     (RetainVersions 2) collects version 1.
+//  3. M1's commit lands at the free key of version 1 (x only), and M1
+//     crashes (its own retention would collect it again).
+//  4. A pinned read of version 1 answers ErrVersionGone; versions 2 and 3
+//     read back what they hold.
+func TestLateMergerAtACollectedVersion(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	w := newEnv(t, mem, testConfig("s0"))
+	walRow(t, w, "x", 1000)
+	cfg := testConfig("")
+	cfg.LeaseDuration = -1
+	f1 := faulty.New(mem)
+	t.Cleanup(f1.Reset)
+	m1 := newEnv(t, f1, cfg)
+	m2 := newEnv(t, mem, cfg)
+	held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
+	errCrash := errors.New("M1 crashes after its commit")
+	m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
+	m1Done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{}); return err })
+	mustWait(t, held)
+	m2.merge()
+	for _, id := range []string{"y", "z"} {
+		walRow(t, w, id, 1000)
+		m2.merge()
+	}
+	if _, err := mem.Head(ctx, m2.tb.lay.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("version 1 not collected: %v", err)
+	}
+	held.Release()
+	if err := <-m1Done; !errors.Is(err, errCrash) {
+		t.Fatalf("M1's merge: %v, want its crash after the commit", err)
+	}
+	if _, err := mem.Head(ctx, m2.tb.lay.Version(1)); err != nil {
+		t.Fatalf("the late merger's commit did not land at the collected key: %v", err)
+	}
+
+	for _, r := range []*env{newEnv(t, mem, testConfig("")), m2} {
+		if _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1}); !errors.Is(err, ErrVersionGone) {
+			t.Errorf("pinned read of collected version 1, after a late merger created its key: %v, want ErrVersionGone", err)
+		}
+		for v, want := range map[uint64][]string{2: {"x", "y"}, 3: {"x", "y", "z"}} {
+			for _, id := range want {
+				if _, err := r.tb.Get(ctx, id, ReadOptions{Version: v}); err != nil {
+					t.Errorf("pinned read of %s at version %d: %v", id, v, err)
+				}
+			}
+		}
+		if _, err := r.tb.Get(ctx, "z", ReadOptions{Version: 2}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("z at version 2: %v, want ErrNotFound", err)
+		}
+		r.mustRead("z", 1000)
+	}
+}

@@ -16,8 +16,15 @@ import (
 // per shard, the highest generation merged into it. Every generation of a
 // shard up to its watermark is in the base; every later one is pending.
 type Manifest struct {
-	Version    uint64            `json:"version"`
-	Parent     uint64            `json:"parent"`
+	Version uint64 `json:"version"`
+	Parent  uint64 `json:"parent"`
+	// ID is random per commit, and ParentID the parent's: together they
+	// tell the version a later one was built on from an object created at
+	// a collected version's key by a merger that had lost its lease (its
+	// create-if-absent succeeds once the key is gone). The object's
+	// metadata repeats both, so a HEAD tells.
+	ID         string            `json:"id"`
+	ParentID   string            `json:"parent_id"`
 	CreatedAt  time.Time         `json:"created_at"`
 	Schema     int               `json:"schema"`
 	Files      []FileMeta        `json:"files"`
@@ -141,7 +148,8 @@ func (t *Table) commitManifest(ctx context.Context, m *Manifest) error {
 		return err
 	}
 	_, err = t.db.store.Put(ctx, t.lay.Version(m.Version), bytes.NewReader(body),
-		objstore.PutOptions{IfNotExists: true, Size: int64(len(body)), ContentType: "application/json"})
+		objstore.PutOptions{IfNotExists: true, Size: int64(len(body)), ContentType: "application/json",
+			Metadata: map[string]string{"id": m.ID, "parent": m.ParentID}})
 	return err
 }
 

@@ -421,6 +421,7 @@ func (t *Table) buildVersion(ctx context.Context, base *baseView, plan []candida
 
 	m := base.m.clone()
 	m.Version, m.Parent, m.CreatedAt = base.m.Version+1, base.m.Version, t.db.rt.Now().UTC()
+	m.ID, m.ParentID = t.db.randomName()[:16], base.m.ID
 	m.Files = m.Files[:0]
 	for _, f := range base.m.Files {
 		if !dropped[f.Name] {

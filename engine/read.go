@@ -174,17 +174,29 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 // pinnedSnapshot returns the base-only view of version v if v is still
 // retained: ErrVersionGone or ErrNoVersion when its manifest is missing.
 func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error) {
-	// The version must exist, in the table's incarnation as it is now: a
-	// dropped incarnation's versions are not the table's (its files may
-	// linger until they are collected). Both checks in one round trip.
-	var incErr error
+	// The version must exist, in the table's incarnation as it is now (a
+	// dropped incarnation's versions are not the table's: its files may
+	// linger until they are collected), and be the version the table's
+	// history holds: a merger that lost its lease can create an object at
+	// a collected version's key, and the next version, which names its
+	// parent, tells the two apart. All three checks in one round trip.
+	var incErr, nextErr error
+	var next objstore.Attrs
 	checked := t.db.rt.NewEvent()
 	t.db.rt.Go(func() {
 		defer checked.Fire()
 		incErr = t.checkIncarnation(ctx)
 	})
-	_, err := t.db.store.Head(ctx, t.lay.Version(v))
+	nextDone := t.db.rt.NewEvent()
+	t.db.rt.Go(func() {
+		defer nextDone.Fire()
+		next, nextErr = t.db.store.Head(ctx, t.lay.Version(v+1))
+	})
+	cur, err := t.db.store.Head(ctx, t.lay.Version(v))
 	if _, werr := t.db.rt.Wait(context.WithoutCancel(ctx), checked); werr != nil {
+		return nil, werr
+	}
+	if _, werr := t.db.rt.Wait(context.WithoutCancel(ctx), nextDone); werr != nil {
 		return nil, werr
 	}
 	if incErr != nil {
@@ -197,6 +209,38 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 		}
 		return nil, err
 	}
+	id := cur.Metadata["id"]
+	switch {
+	case nextErr == nil:
+		if next.Metadata["parent"] != id {
+			return nil, t.notInHistory(v)
+		}
+	case !errors.Is(nextErr, objstore.ErrNotFound):
+		return nil, nextErr
+	default:
+		// v is the newest, or v+1 was collected, and v with it (versions
+		// are collected oldest first): then what is at v's key now is
+		// not the table's version v.
+		cur := t.snap.Load()
+		switch known := cur.version(); {
+		case v < known:
+			return nil, t.notInHistory(v)
+		case v == known:
+			// The view's own base, loaded when it was the newest (never
+			// a late merger's object: those are below the newest).
+			if cur.base.m.ID != id {
+				return nil, t.notInHistory(v)
+			}
+		default: // newer than this process's view
+			latest, err := t.latestVersion(ctx, v)
+			if err != nil {
+				return nil, err
+			}
+			if v < latest {
+				return nil, t.notInHistory(v)
+			}
+		}
+	}
 	s, err := t.pinned.GetOrLoad(ctx, v, func(ctx context.Context) (*snapshot, int64, error) {
 		b, err := t.loadBase(ctx, v)
 		if err != nil {
@@ -207,7 +251,19 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return nil, t.versionMissing(ctx, v)
 	}
+	if err == nil && s.base.m.ID != id {
+		// Loaded (or cached) from another object than the one checked.
+		t.pinned.Remove(v)
+		return nil, t.notInHistory(v)
+	}
 	return s, err
+}
+
+// notInHistory answers a pinned read of version v whose key holds an object
+// created after the table's version v was collected.
+func (t *Table) notInHistory(v uint64) error {
+	t.pinned.Remove(v)
+	return fmt.Errorf("%w: %d (collected; the object now at its key was created later, by a merger that had lost its lease)", ErrVersionGone, v)
 }
 
 func (t *Table) versionMissing(ctx context.Context, v uint64) error {

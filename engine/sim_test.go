@@ -1182,6 +1182,13 @@ func (s *simStore) Delete(ctx context.Context, key string) error {
 	return s.leave("delete", key, s.inner.Delete(ctx, key))
 }
 
+func (s *simStore) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	if err := s.enter("deleteif", key); err != nil {
+		return err
+	}
+	return s.leave("deleteif", key, s.inner.DeleteIfMatch(ctx, key, etag))
+}
+
 func (s *simStore) DeleteMany(ctx context.Context, keys []string) error {
 	if err := s.enter("deletemany", strings.Join(keys, ",")); err != nil {
 		return err

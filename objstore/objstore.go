@@ -125,6 +125,12 @@ type Bucket interface {
 	Put(ctx context.Context, key string, r io.Reader, opts PutOptions) (Attrs, error)
 	// Delete removes the object; a missing object is success.
 	Delete(ctx context.Context, key string) error
+	// DeleteIfMatch removes the object only if its ETag is etag, atomically
+	// as a conditional Put: ErrPrecondition when it has another ETag or
+	// there is none (as HTTP's If-Match). After a lost answer,
+	// ErrPrecondition may follow an attempt of this call that did remove
+	// it; it never means another object was removed.
+	DeleteIfMatch(ctx context.Context, key, etag string) error
 	// DeleteMany removes many objects, missing ones included, as cheaply as
 	// the backend allows.
 	DeleteMany(ctx context.Context, keys []string) error

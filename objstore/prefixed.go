@@ -97,6 +97,14 @@ func (p *prefixed) Delete(ctx context.Context, key string) error {
 	return p.b.Delete(ctx, k)
 }
 
+func (p *prefixed) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	k, err := p.key(key)
+	if err != nil {
+		return err
+	}
+	return p.b.DeleteIfMatch(ctx, k, etag)
+}
+
 func (p *prefixed) DeleteMany(ctx context.Context, keys []string) error {
 	full := make([]string, len(keys))
 	for i, key := range keys {

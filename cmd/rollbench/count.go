@@ -216,6 +216,11 @@ func (c *countingBucket) Delete(ctx context.Context, key string) error {
 	return c.b.Delete(ctx, key)
 }
 
+func (c *countingBucket) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	c.note(ctx, "Delete", keyClass(key))
+	return c.b.DeleteIfMatch(ctx, key, etag)
+}
+
 func (c *countingBucket) DeleteMany(ctx context.Context, keys []string) error {
 	if len(keys) > 0 {
 		c.note(ctx, "DeleteMany", keyClass(keys[0]))

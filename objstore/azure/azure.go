@@ -87,10 +87,11 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		perCall = append(perCall, retryBudget{opts: retry, budget: cfg.Retry.MaxElapsed})
 	}
 	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Transport:       b.httpClient,
-		Retry:           retry,
-		PerCallPolicies: perCall,
-		Telemetry:       policy.TelemetryOptions{ApplicationID: "rollstore"},
+		Transport:        b.httpClient,
+		Retry:            retry,
+		PerCallPolicies:  perCall,
+		PerRetryPolicies: []policy.Policy{sendCounter{}},
+		Telemetry:        policy.TelemetryOptions{ApplicationID: "rollstore"},
 	}}
 
 	switch cfg.Auth {

@@ -163,6 +163,74 @@ func TestCreateIfAbsentLostResponse(t *testing.T) {
 	}
 }
 
+// TestLostResponseOvertaken: a conditional Put lands, its answer is lost,
+// and another write replaces or deletes the blob before the SDK's resend is
+// answered. Whether this Put won is then unknown, and it must not say
+// ErrPrecondition, which promises that it wrote nothing: the engine would
+// refuse a row its head swap counted, or delete files of a version it
+// committed. (A condition failing on the only try still is ErrPrecondition:
+// TestConditionalCompetitor.)
+func TestLostResponseOvertaken(t *testing.T) {
+	const key = "wal/s0/_head.json"
+	cfg := azuritetest.Config(t)
+	other := azuritetest.Open(t, cfg) // the competitor, on the same container
+	var lose atomic.Bool
+	var compete func()
+	var puts atomic.Int32
+	cfg.HTTPClient = interceptor(t, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		if err != nil || req.Method != http.MethodPut || !isBlob(req, key) || !lose.Load() {
+			return resp, err
+		}
+		switch puts.Add(1) {
+		case 1: // this Put's write landed; its answer is lost
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return nil, errors.New("simulated connection reset after the write")
+		case 2: // the resend's answer: the competitor acts before it arrives
+			compete()
+		}
+		return resp, nil
+	})
+	b := azuritetest.Open(t, cfg)
+	ctx := t.Context()
+
+	for _, tc := range []struct {
+		name    string
+		opts    func(etag string) objstore.PutOptions
+		compete func(t *testing.T)
+	}{
+		{"if-match, then replaced", func(etag string) objstore.PutOptions { return objstore.PutOptions{IfMatch: etag} },
+			func(t *testing.T) { mustPut(t, other, key, []byte("competitor"), objstore.PutOptions{}) }},
+		{"create-if-absent, then deleted", func(string) objstore.PutOptions { return objstore.PutOptions{IfNotExists: true} },
+			func(t *testing.T) {
+				if err := other.Delete(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var etag string
+			if !tc.opts("").IfNotExists {
+				etag = mustPut(t, other, key, []byte("before"), objstore.PutOptions{}).ETag
+			} else if err := other.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			puts.Store(0)
+			compete = func() { tc.compete(t) }
+			lose.Store(true)
+			_, err := b.Put(ctx, key, bytes.NewReader([]byte("mine")), tc.opts(etag))
+			lose.Store(false)
+			if n := puts.Load(); n != 2 {
+				t.Fatalf("saw %d PUTs, want 2 (the write and the SDK's resend)", n)
+			}
+			if err == nil || errors.Is(err, objstore.ErrPrecondition) {
+				t.Fatalf("a write that landed, then was overtaken: err = %v; want an error that is not ErrPrecondition", err)
+			}
+		})
+	}
+}
+
 func TestConditionalCompetitor(t *testing.T) {
 	b := open(t, nil)
 	ctx := t.Context()

@@ -1,9 +1,11 @@
 package azure
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -38,6 +40,26 @@ func (p retryBudget) Do(req *policy.Request) (*http.Response, error) {
 		return time.Since(start)+max(maxBackoff(p.opts, try), retryAfter(resp)) <= p.budget
 	}
 	return req.WithContext(policy.WithRetryOptions(req.Raw().Context(), o)).Next()
+}
+
+// sendCounter counts the tries of an operation whose context carries a
+// counter (withSends): a conditional Put whose condition failed on its only
+// try did not write, while one the SDK sent again may have written on an
+// earlier try whose answer was lost.
+type sendCounter struct{}
+
+type sendsKey struct{}
+
+func withSends(ctx context.Context) (context.Context, *atomic.Int32) {
+	n := new(atomic.Int32)
+	return context.WithValue(ctx, sendsKey{}, n), n
+}
+
+func (sendCounter) Do(req *policy.Request) (*http.Response, error) {
+	if n, ok := req.Raw().Context().Value(sendsKey{}).(*atomic.Int32); ok {
+		n.Add(1)
+	}
+	return req.Next()
 }
 
 // retryAfter is the wait a response asks for, which the SDK honours

@@ -61,7 +61,13 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 	}
 	// The SDK resends a request whose response was lost; if the first try
 	// had committed, the resend fails the condition although this Put won.
-	// The commit id tells the two apart afterwards.
+	// The commit id tells the two apart afterwards, while this Put's blob
+	// is still there; once another write replaced or deleted it, nothing
+	// can, and the answer is "outcome unknown", never ErrPrecondition
+	// (which tells the caller its write did not happen: a writer would
+	// refuse a row it had committed, a merger delete files a version it
+	// committed still names).
+	ctx, sends := withSends(ctx)
 	id := newCommitID()
 	md := metadata(opts.Metadata)
 	md[commitKey] = &id
@@ -81,15 +87,17 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 		return putAttrs(key, size, resp.ETag, resp.LastModified, opts), nil
 	}
 	err = mapError(opPut, key, err)
-	if !errors.Is(err, objstore.ErrPrecondition) {
-		return objstore.Attrs{}, err
+	if !errors.Is(err, objstore.ErrPrecondition) || sends.Load() <= 1 {
+		return objstore.Attrs{}, err // one try: its condition failed, nothing was written
 	}
 	props, perr := client.GetProperties(ctx, nil)
 	switch perr = mapError(opHead, key, perr); {
 	case perr == nil && commitOf(props.Metadata) == id:
 		return attrs(key, props.ContentLength, props.ETag, props.LastModified, props.ContentType, props.Metadata), nil
 	case perr == nil, errors.Is(perr, objstore.ErrNotFound):
-		return objstore.Attrs{}, err
+		// Another write came after some try of this Put: whether an
+		// earlier try landed first is unknown.
+		return objstore.Attrs{}, fmt.Errorf("azure put %s: outcome unknown: the condition failed on a resend (%d tries) and the blob is not this Put's: %v", key, sends.Load(), err)
 	default:
 		// Whether an earlier attempt of this Put won is unknown; saying
 		// ErrPrecondition could make the caller give up a commit it made.
@@ -374,6 +382,24 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 	_, err := b.client.NewBlobClient(key).Delete(ctx, nil)
 	if err = mapError(opDelete, key, err); errors.Is(err, objstore.ErrNotFound) {
 		return nil
+	}
+	return err
+}
+
+// DeleteIfMatch removes the blob if its ETag is etag (Delete Blob with
+// If-Match). A resend after a lost answer finds the blob gone or created
+// again: 412 either way, as the interface allows.
+func (b *Bucket) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	if err := objstore.ValidateKey(key); err != nil {
+		return err
+	}
+	if etag == "" {
+		return errorf(objstore.ErrPrecondition, opDelete, key, "no ETag to match")
+	}
+	_, err := b.client.NewBlobClient(key).Delete(ctx, &blob.DeleteOptions{AccessConditions: &blob.AccessConditions{
+		ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(azcore.ETag(etag))}}})
+	if err = mapError(opDelete, key, err); errors.Is(err, objstore.ErrNotFound) {
+		err = errorf(objstore.ErrPrecondition, opDelete, key, "no such blob")
 	}
 	return err
 }

@@ -491,6 +491,18 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 	return err
 }
 
+// DeleteIfMatch implements objstore.Bucket; rules for OpDelete apply.
+func (b *Bucket) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	if err := b.begin(ctx, OpDelete, key); err != nil {
+		return err
+	}
+	err := b.inner.DeleteIfMatch(ctx, key, etag)
+	if herr := b.at(ctx, OpDelete, After, []string{key}, &callState{err: err}); herr != nil {
+		return herr
+	}
+	return err
+}
+
 // DeleteMany implements objstore.Bucket. Rules fail or pass the call as a
 // whole: a fault at Before deletes none of the keys.
 func (b *Bucket) DeleteMany(ctx context.Context, keys []string) error {

@@ -686,7 +686,7 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	defer g.unlock()
-	removed, err := b.remove(ctx, key)
+	removed, err := b.remove(ctx, key, "")
 	if err != nil {
 		return b.mapErr(deleteOp, op, key, err)
 	}
@@ -697,9 +697,39 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// DeleteIfMatch removes the object if its ETag is etag. Like an If-Match
+// Put, it is atomic among the Buckets of this process.
+func (b *Bucket) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	const op = "delete"
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("local: %s %q: %w", op, key, err)
+	}
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("local: %s: %w", op, err)
+	}
+	if etag == "" {
+		return fmt.Errorf("local: %s %q: %w: no ETag to match", op, key, objstore.ErrPrecondition)
+	}
+	g, err := b.guardLease(op, key)
+	if err != nil {
+		return err
+	}
+	defer g.unlock()
+	if _, err := b.remove(ctx, key, etag); err != nil {
+		if isMissing(err) {
+			return fmt.Errorf("local: %s %q: %w: no such object", op, key, objstore.ErrPrecondition)
+		}
+		return b.mapErr(writeOp, op, key, err)
+	}
+	g.written()
+	b.prune(filepath.Dir(nativePath(key)))
+	return nil
+}
+
 // remove unlinks key's file, then its sidecar, reporting whether there was
-// a file. Errors are native.
-func (b *Bucket) remove(ctx context.Context, key string) (bool, error) {
+// a file. With an etag, only an object of that ETag is removed: a missing
+// one is fs.ErrNotExist, another ErrPrecondition. Errors are native.
+func (b *Bucket) remove(ctx context.Context, key, etag string) (bool, error) {
 	name := nativePath(key)
 	mu := keyLock(key)
 	mu.Lock()
@@ -709,6 +739,9 @@ func (b *Bucket) remove(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	if fi.IsDir() {
+		if etag != "" {
+			return false, fs.ErrNotExist
+		}
 		return false, nil // keys below it, not an object
 	}
 	// Held open, so that the id naming its sidecar is not reused before
@@ -717,6 +750,14 @@ func (b *Bucket) remove(ctx context.Context, key string) (bool, error) {
 	obj, oerr := b.openObject(key)
 	if oerr == nil {
 		defer obj.f.Close()
+	}
+	if etag != "" {
+		if oerr != nil {
+			return false, oerr
+		}
+		if obj.attrs.ETag != etag {
+			return false, fmt.Errorf("%w: etag is %s, want %s", objstore.ErrPrecondition, obj.attrs.ETag, etag)
+		}
 	}
 	if err := b.root.Remove(name); err != nil {
 		return false, err

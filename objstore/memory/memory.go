@@ -242,6 +242,31 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 	return b.DeleteMany(ctx, []string{key})
 }
 
+// DeleteIfMatch removes the object if its ETag is etag.
+func (b *Bucket) DeleteIfMatch(ctx context.Context, key, etag string) error {
+	if err := objstore.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, ok := b.objects[key]
+	switch {
+	case !ok:
+		return fmt.Errorf("delete %s: %w: no such object", key, objstore.ErrPrecondition)
+	case o.etag != etag:
+		return fmt.Errorf("delete %s: %w: etag is %s, want %s", key, objstore.ErrPrecondition, o.etag, etag)
+	}
+	if err := b.leased(key); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	b.endLease(key)
+	delete(b.objects, key)
+	return nil
+}
+
 // DeleteMany removes the objects. Every key is validated before any is
 // removed, so a bad key deletes nothing. Objects under a lease are kept and
 // reported with objstore.ErrLeased, as Azure reports them, while the others

@@ -41,6 +41,32 @@ func testDelete(t *testing.T, b objstore.Bucket, c config) {
 	checkKeys(t, "List after Delete", listKeys(t, b, "", objstore.ListOptions{}), slices.Sorted(slices.Values(left)))
 }
 
+// testDeleteIfMatch: a conditional delete removes exactly the object it
+// names, and answers which way it failed otherwise (a drop deletes a
+// descriptor only if no create replaced it meanwhile).
+func testDeleteIfMatch(t *testing.T, b objstore.Bucket) {
+	ctx := t.Context()
+	const key = "delif/obj"
+	checkErr(t, "DeleteIfMatch of a missing key", b.DeleteIfMatch(ctx, key, `"0x1"`), objstore.ErrPrecondition)
+	old := mustPut(t, b, key, []byte("old"), objstore.PutOptions{})
+	cur := mustPut(t, b, key, []byte("new"), objstore.PutOptions{IfMatch: old.ETag})
+	checkErr(t, "DeleteIfMatch with a replaced ETag", b.DeleteIfMatch(ctx, key, old.ETag), objstore.ErrPrecondition)
+	checkContent(t, b, key, []byte("new"))
+	if err := b.DeleteIfMatch(ctx, key, cur.ETag); err != nil {
+		t.Fatalf("DeleteIfMatch with the current ETag: %v", err)
+	}
+	checkMissing(t, b, key)
+	checkErr(t, "second DeleteIfMatch", b.DeleteIfMatch(ctx, key, cur.ETag), objstore.ErrPrecondition)
+	// Created again under the same key: the old ETag removes nothing.
+	again := mustPut(t, b, key, []byte("again"), objstore.PutOptions{IfNotExists: true})
+	checkErr(t, "DeleteIfMatch of a re-created key with the old ETag", b.DeleteIfMatch(ctx, key, cur.ETag), objstore.ErrPrecondition)
+	checkContent(t, b, key, []byte("again"))
+	if err := b.DeleteIfMatch(ctx, key, again.ETag); err != nil {
+		t.Fatalf("DeleteIfMatch of the re-created key: %v", err)
+	}
+	checkMissing(t, b, key)
+}
+
 func testDeleteMany(t *testing.T, b objstore.Bucket, c config) {
 	ctx := t.Context()
 	if err := b.DeleteMany(ctx, nil); err != nil {

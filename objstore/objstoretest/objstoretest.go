@@ -105,6 +105,7 @@ func cases(c config) []testCase {
 		{"IfMatch", testIfMatch},
 		{"ExclusiveConditions", testExclusiveConditions},
 		{"Delete", with(testDelete)},
+		{"DeleteIfMatch", testDeleteIfMatch},
 		{"DeleteMany", with(testDeleteMany)},
 		{"DeleteManyBatch", testDeleteManyBatch},
 		{"List", testList},
