@@ -67,17 +67,24 @@
 //     shard), seals the open generation of a shard whose writer is gone,
 //     writes the data files, and commits base version v+1 by
 //     create-if-absent of its manifest, recording per shard the highest
-//     generation merged. Keeps: a watermark means "every generation up to
-//     here is in the base".
+//     generation merged, its own random id and its parent's. Keeps: a
+//     watermark means "every generation up to here is in the base"; and
+//     since each version names the one it was built on, an object a late
+//     merger creates at a collected version's key (the key is free again)
+//     is told from the table's version by the next version's HEAD.
 //  7. Reclaim. Only after the commit (and ReclaimGrace), the merged
 //     generations are deleted: segments first, the seal record last,
 //     without listing (walking down from the watermark while seal records
 //     exist). Keeps: every row is always in the base or in a generation a
 //     reader can find (briefly both).
-//  8. Drop. The registry and every shard's head are replaced by
-//     tombstones, then the descriptor is deleted, then the incarnation's
-//     objects. Keeps: a writer of the dropped incarnation, in any process,
-//     fails its next head swap; no append is acknowledged after the drop.
+//  8. Drop. Of the incarnation the descriptor names when the drop reads
+//     it: the registry and every shard's head are replaced by tombstones,
+//     then the descriptor is deleted if it is still the one read (a
+//     conditional delete: a create replaces the descriptor of a tombstoned
+//     incarnation, and its table stays), then the incarnation's objects.
+//     Keeps: a writer of the dropped incarnation, in any process, fails its
+//     next head swap; no append is acknowledged after the drop; a table
+//     created meanwhile is untouched.
 //
 // # Reads
 //
@@ -117,8 +124,10 @@
 //     within it; a read that meets a dropped incarnation is served by the
 //     table's current one.
 //   - A read pinned to a base version sees exactly that version, or
-//     ErrVersionGone once it was collected (checked with a HEAD of its
-//     manifest, so every process agrees).
+//     ErrVersionGone once it was collected: one round trip HEADs its
+//     manifest, the next version's (whose parent id must be this one's)
+//     and the descriptor, so every process agrees, whatever a late merger
+//     created at a collected key.
 //
 // # Back-pressure and bounds
 //

@@ -47,9 +47,10 @@ var (
 	// lost response, a store failure mid-commit); an identical retry is
 	// answered from what landed.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
-	// ErrTooSlow: an append stalled so long that committing it could not be
-	// made safe; nothing was written, and the append may be retried.
-	ErrTooSlow = errors.New("append stalled")
+	// ErrTooSlow: an append (or a create) stalled so long, against
+	// OrphanGrace, that committing it could not be made safe; the caller
+	// may retry it.
+	ErrTooSlow = errors.New("stalled past half the orphan grace")
 	// ErrClosed: the database is closed.
 	ErrClosed      = errors.New("closed")
 	ErrNoWriter    = errors.New("this process owns no writer shard")
@@ -389,6 +390,28 @@ func (db *DB) readDescriptor(ctx context.Context, lay layout.Table) (descriptor,
 // then the descriptor that names it (the commit point). A descriptor whose
 // incarnation was dropped without the drop finishing is replaced.
 func (db *DB) CreateTable(ctx context.Context, name string) error {
+	start := db.rt.Now()
+	if err := db.createTable(ctx, name); err != nil {
+		return err
+	}
+	// CollectDropped deletes an incarnation no descriptor names once its
+	// objects are older than OrphanGrace: a create that took half of it
+	// between its registry and its descriptor may have lost its registry.
+	if grace := db.cfg.OrphanGrace; grace > 0 && db.rt.Now().Sub(start) > grace/2 {
+		lay, _ := layout.ForTable(name)
+		desc, _, err := db.readDescriptor(ctx, lay)
+		if err != nil {
+			return fmt.Errorf("creating %s: checking a slow create: %w", name, err)
+		}
+		if dropped, err := db.incarnationDropped(ctx, lay, desc.Incarnation); err != nil || dropped {
+			return fmt.Errorf("%w: creating %s took more than half the orphan grace (%v), and its registry is gone (%v): create it again",
+				ErrTooSlow, name, grace, err)
+		}
+	}
+	return nil
+}
+
+func (db *DB) createTable(ctx context.Context, name string) error {
 	lay, err := layout.ForTable(name)
 	if err != nil {
 		return err
@@ -670,7 +693,10 @@ func deleteIncarnation(ctx context.Context, db *DB, inc layout.Inc, grace time.D
 
 // CollectDropped deletes what drops left behind: objects of incarnations
 // no descriptor names, older than grace (a late write of a stopped process
-// cannot land that long after its drop).
+// cannot land that long after its drop, and a create gives up if it took
+// half of it). The descriptor is read again before each incarnation is
+// deleted, so one created meanwhile is never taken for a dead one. A grace
+// of 0 is for tests with nothing else running.
 func (db *DB) CollectDropped(ctx context.Context, grace time.Duration) (int, error) {
 	var roots []string
 	err := db.store.List(ctx, "", objstore.ListOptions{Delimited: true}, func(e objstore.Entry) error {
@@ -703,6 +729,11 @@ func (db *DB) CollectDropped(ctx context.Context, grace time.Duration) (int, err
 			return total, err
 		}
 		for _, name := range incs {
+			if d, _, err := db.readDescriptor(ctx, lay); err == nil && d.Incarnation == name {
+				continue // created since the listing began
+			} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+				return total, err
+			}
 			inc, _ := lay.Incarnation(name)
 			n, err := deleteIncarnation(ctx, db, inc, grace, false)
 			total += n

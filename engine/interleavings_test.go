@@ -759,3 +759,81 @@ func TestLateMergerAtACollectedVersion(t *testing.T) {
 		r.mustRead("z", 1000)
 	}
 }
+
+// CollectDropped lists a table's incarnations after reading its descriptor:
+// a table created in between is named by no descriptor it read. It reads
+// the descriptor again before deleting each incarnation, so the new table
+// keeps its rows.
+func TestCollectDroppedSparesATableCreatedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	w := newEnv(t, mem, testConfig("s0"))
+	w.put("old", 10)
+	if err := w.db.DropTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	fb := faulty.New(mem)
+	t.Cleanup(fb.Reset)
+	c, err := Open(fb, testConfig(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	var created *env
+	fb.Hook(faulty.OpList, faulty.Before, faulty.Key("t/"), func(context.Context, string) error {
+		// The descriptor was read (none: dropped); t is created again now.
+		created = newEnv(t, mem, testConfig("s1"))
+		created.put("x", 100)
+		return nil
+	})
+	if _, err := c.CollectDropped(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if created == nil {
+		t.Fatal("the create did not run between the descriptor's read and the listing")
+	}
+	newEnv(t, mem, testConfig("")).mustRead("x", 100)
+}
+
+// A create that stalls between its registry and its descriptor for more
+// than half the orphan grace may find its registry collected (its
+// incarnation was named by no descriptor, and old): it must not report
+// success for a table that reads as dropped. A retry creates it.
+func TestSlowCreateLosingItsRegistryFails(t *testing.T) {
+	ctx := context.Background()
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	t.Cleanup(fb.Reset)
+	cfg := leaseConfig("s0", clk)
+	db, err := Open(fb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close(ctx) })
+	other, err := Open(mem, leaseConfig("", clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close(ctx) })
+	fb.Hook(faulty.OpPut, faulty.Before, faulty.KeyContains("_table.json"), func(context.Context, string) error {
+		clk.Advance(cfg.OrphanGrace + time.Minute) // the create stalls
+		if _, err := other.CollectDropped(ctx, cfg.OrphanGrace); err != nil {
+			t.Errorf("collect: %v", err)
+		}
+		return nil
+	})
+	if err := db.CreateTable(ctx, "t"); !errors.Is(err, ErrTooSlow) {
+		t.Fatalf("a create whose registry was collected while it stalled: %v, want ErrTooSlow", err)
+	}
+	if err := db.CreateTable(ctx, "t"); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	tb, err := db.Table(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendID(tb, "x"); err != nil {
+		t.Fatalf("append to the re-created table: %v", err)
+	}
+}

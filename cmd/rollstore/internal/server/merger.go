@@ -9,7 +9,8 @@ import (
 )
 
 // RunMerger merges every table every Config.MergeInterval, and sweeps
-// orphans every SweepEvery-th pass, until ctx is done. It does not flush:
+// orphans (and what drops left behind) every SweepEvery-th pass, until ctx
+// is done. It does not flush:
 // writers seal generations by age, and merging only sealed generations
 // keeps the merger from cutting writers' generations short.
 //
@@ -87,6 +88,16 @@ func (s *Server) mergePass(ctx context.Context, sweep bool) {
 			continue
 		}
 		s.metrics.setPending(name, st)
+	}
+	if sweep && ctx.Err() == nil {
+		// What a drop could not delete at once (a lease another process
+		// held, a late write of a stopped process), and the registries of
+		// creates that failed.
+		if n, err := s.db.CollectDropped(ctx, s.db.Config().OrphanGrace); err != nil && ctx.Err() == nil {
+			s.log.Error("merger: collecting dropped tables", "err", err)
+		} else if n > 0 {
+			s.log.Info("merger: collected what drops left", "objects", n)
+		}
 	}
 }
 

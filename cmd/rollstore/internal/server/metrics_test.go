@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/internal/version"
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 func metricValue(t *testing.T, body, series string) string {
@@ -198,5 +200,42 @@ func TestRequestIDs(t *testing.T) {
 	r.decode(t, &b)
 	if b.Error.RequestID != id {
 		t.Fatalf("error body request id %q, header %q", b.Error.RequestID, id)
+	}
+}
+
+// A drop leaves its registry and head tombstones (they fence writers of the
+// dropped incarnation in other processes); the sweep pass collects them
+// once they are older than the orphan grace.
+func TestSweepPassCollectsDroppedTables(t *testing.T) {
+	mem := memory.New()
+	e := newEnv(t, func(o *envOptions) {
+		o.store = mem
+		o.engine.OrphanGrace = time.Nanosecond
+	})
+	e.createTable("t")
+	e.mustPut("t", "a", []byte("a"))
+	want(t, e.do("DELETE", "/v1/tables/t", nil), http.StatusNoContent, "")
+	ctx := context.Background()
+	keys := func() []string {
+		var ks []string
+		if err := mem.List(ctx, "t/", objstore.ListOptions{}, func(en objstore.Entry) error {
+			ks = append(ks, en.Key)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	if len(keys()) == 0 {
+		t.Fatal("the drop left no tombstones: nothing to check")
+	}
+	time.Sleep(time.Millisecond) // older than the grace
+	e.srv.mergePass(ctx, false)
+	if len(keys()) == 0 {
+		t.Fatal("a pass without sweep collected the tombstones")
+	}
+	e.srv.mergePass(ctx, true)
+	if ks := keys(); len(ks) != 0 {
+		t.Fatalf("after the sweep pass: %v left", ks)
 	}
 }
