@@ -353,7 +353,7 @@ func TestInterleaving10RefreshRetriesACollectedVersion(t *testing.T) {
 	// commit and the hint).
 	fm := faulty.New(store)
 	m := newEnv(t, fm, testConfig(""))
-	fm.Fail(faulty.OpPut, faulty.KeyContains("_registry.json"), objstore.ErrThrottled, faulty.Always())
+	hints := fm.Fail(faulty.OpPut, faulty.KeyContains("_registry.json"), objstore.ErrThrottled, faulty.Always())
 	merge := func() {
 		t.Helper()
 		if err := w.tb.Flush(context.Background()); err != nil {
@@ -374,6 +374,9 @@ func TestInterleaving10RefreshRetriesACollectedVersion(t *testing.T) {
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
+	// The registry takes writes again (retention records its floor there
+	// before it deletes): r read it before its pause.
+	hints.Remove()
 	for i := 0; i < 3; i++ { // collects version 2 (RetainVersions 2)
 		walRow(t, w, fmt.Sprintf("z%d", i), 10)
 		merge()

@@ -589,16 +589,48 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 	if err != nil {
 		return 0, 0, err
 	}
+	if len(vs) <= cfg.RetainVersions {
+		// All kept. (An object below the floor, a late merger's, is
+		// listed beside the RetainVersions the floor was raised for.)
+		return 0, 0, nil
+	}
+	reg, _, err := readRegistry(ctx, t.db, t.lay)
+	if err != nil {
+		return 0, 0, err
+	}
+	// The oldest version kept becomes the floor. What is below the floor
+	// already is collected whatever its age: an object there was created
+	// at a collected key by a merger that had lost its lease.
 	cutoff := t.db.rt.Now().Add(-cfg.RetainAge)
+	floor := vs[len(vs)-1]
+	for i := len(vs) - 1; i >= 0 && vs[i] >= reg.Floor; i-- {
+		if i >= len(vs)-cfg.RetainVersions || entries[i].LastModified.After(cutoff) {
+			floor = vs[i]
+		} else {
+			break
+		}
+	}
+	floor = max(floor, reg.Floor)
 	var doomed []uint64
-	for i, v := range vs {
-		keep := i >= len(vs)-cfg.RetainVersions || entries[i].LastModified.After(cutoff)
-		if !keep {
+	for _, v := range vs {
+		if v < floor {
 			doomed = append(doomed, v)
 		}
 	}
 	if len(doomed) == 0 {
 		return 0, 0, nil
+	}
+	// Recorded before the first delete: from then on every reader takes a
+	// version below the floor for collected, whatever is at its key.
+	newest := vs[len(vs)-1]
+	if _, err := updateRegistry(ctx, t.db, t.lay, func(r *registry) bool {
+		if r.Floor >= floor && r.Base >= newest {
+			return false
+		}
+		r.Floor, r.Base = max(r.Floor, floor), max(r.Base, newest)
+		return true
+	}); err != nil {
+		return 0, 0, fmt.Errorf("raising the collection floor to %d: %w", floor, err)
 	}
 	live, err := t.liveFiles(ctx, vs, doomed)
 	if err != nil {

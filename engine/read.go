@@ -209,36 +209,32 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 		}
 		return nil, err
 	}
+	// Is the object at v's key the table's version v? Yes if the next
+	// version names it as its parent, or if it is this process's view's
+	// base (loaded as the newest: a late merger's object never is). No if
+	// the next names another (versions are collected oldest first, so a
+	// late object at v means v+1 was collected too, or is one itself and
+	// names the version it was built on). Otherwise (v+1 missing, failing,
+	// or of a format without parent) the collection floor, read after the
+	// HEAD of v answered, tells: a late object at v was created after v
+	// was deleted, which was after the floor passed v.
 	id := cur.Metadata["id"]
-	switch {
-	case nextErr == nil:
-		if next.Metadata["parent"] != id {
-			return nil, t.notInHistory(v)
-		}
-	case !errors.Is(nextErr, objstore.ErrNotFound):
-		return nil, nextErr
+	parent, named := next.Metadata["parent"]
+	switch view := t.snap.Load(); {
+	case nextErr == nil && named && parent == id:
+	case nextErr == nil && named:
+		return nil, t.notInHistory(v)
+	case view.version() == v && view.base.m.ID == id:
 	default:
-		// v is the newest, or v+1 was collected, and v with it (versions
-		// are collected oldest first): then what is at v's key now is
-		// not the table's version v.
-		cur := t.snap.Load()
-		switch known := cur.version(); {
-		case v < known:
+		reg, _, err := readRegistry(ctx, t.db, t.lay)
+		if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
+			return nil, t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if v < reg.Floor {
 			return nil, t.notInHistory(v)
-		case v == known:
-			// The view's own base, loaded when it was the newest (never
-			// a late merger's object: those are below the newest).
-			if cur.base.m.ID != id {
-				return nil, t.notInHistory(v)
-			}
-		default: // newer than this process's view
-			latest, err := t.latestVersion(ctx, v)
-			if err != nil {
-				return nil, err
-			}
-			if v < latest {
-				return nil, t.notInHistory(v)
-			}
 		}
 	}
 	s, err := t.pinned.GetOrLoad(ctx, v, func(ctx context.Context) (*snapshot, int64, error) {
@@ -259,11 +255,11 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 	return s, err
 }
 
-// notInHistory answers a pinned read of version v whose key holds an object
-// created after the table's version v was collected.
+// notInHistory answers a pinned read of version v that was collected,
+// whatever object its key holds now.
 func (t *Table) notInHistory(v uint64) error {
 	t.pinned.Remove(v)
-	return fmt.Errorf("%w: %d (collected; the object now at its key was created later, by a merger that had lost its lease)", ErrVersionGone, v)
+	return fmt.Errorf("%w: %d (collected)", ErrVersionGone, v)
 }
 
 func (t *Table) versionMissing(ctx context.Context, v uint64) error {
@@ -272,7 +268,19 @@ func (t *Table) versionMissing(ctx context.Context, v uint64) error {
 	if err := t.checkIncarnation(ctx); err != nil {
 		return t.noteGone(err)
 	}
-	latest, err := t.latestVersion(ctx, t.snap.Load().version())
+	// Probed from what the registry names (retention keeps its base at or
+	// above the floor): a version below it may hold a late merger's object.
+	reg, _, err := readRegistry(ctx, t.db, t.lay)
+	if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
+		return t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
+	}
+	if err != nil {
+		return err
+	}
+	if v < reg.Floor {
+		return fmt.Errorf("%w: %d", ErrVersionGone, v)
+	}
+	latest, err := t.latestVersion(ctx, max(t.snap.Load().version(), reg.Base))
 	if err != nil {
 		return err
 	}

@@ -26,10 +26,15 @@ import (
 // an idle shard's head was probed when it went idle and cannot have moved
 // since (a writer re-registers as active before it acknowledges again).
 type registry struct {
-	Version uint64                `json:"version"`
-	Dropped bool                  `json:"dropped,omitempty"`
-	Base    uint64                `json:"base"`
-	Shards  map[string]shardEntry `json:"shards"`
+	Version uint64 `json:"version"`
+	Dropped bool   `json:"dropped,omitempty"`
+	Base    uint64 `json:"base"`
+	// Floor: base versions below it are collected, whatever object is at
+	// their key (a merger that lost its lease may create one there once
+	// the key is free). Retention raises it before it deletes a manifest,
+	// and raises Base to at least the newest version it listed.
+	Floor  uint64                `json:"floor,omitempty"`
+	Shards map[string]shardEntry `json:"shards"`
 
 	etag string
 }

@@ -2,6 +2,8 @@ package azure
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -42,10 +44,13 @@ func (p retryBudget) Do(req *policy.Request) (*http.Response, error) {
 	return req.WithContext(policy.WithRetryOptions(req.Raw().Context(), o)).Next()
 }
 
-// sendCounter counts the tries of an operation whose context carries a
-// counter (withSends): a conditional Put whose condition failed on its only
-// try did not write, while one the SDK sent again may have written on an
-// earlier try whose answer was lost.
+// sendCounter counts the tries of an operation (whose context carries a
+// counter: withSends) that may have been carried out without the client
+// learning it: no answer after the request may have gone out, or an answer
+// saying the service lost track (500 OperationTimedOut, a gateway's 502 or
+// 504). A conditional Put whose condition fails with no such try before
+// wrote nothing; one with such a try may have won on it. Refusals (503
+// ServerBusy, 429) and connections never made are not counted.
 type sendCounter struct{}
 
 type sendsKey struct{}
@@ -56,10 +61,23 @@ func withSends(ctx context.Context) (context.Context, *atomic.Int32) {
 }
 
 func (sendCounter) Do(req *policy.Request) (*http.Response, error) {
-	if n, ok := req.Raw().Context().Value(sendsKey{}).(*atomic.Int32); ok {
+	resp, err := req.Next()
+	if n, ok := req.Raw().Context().Value(sendsKey{}).(*atomic.Int32); ok && unanswered(resp, err) {
 		n.Add(1)
 	}
-	return req.Next()
+	return resp, err
+}
+
+func unanswered(resp *http.Response, err error) bool {
+	if err != nil {
+		var op *net.OpError
+		return !errors.As(err, &op) || op.Op != "dial"
+	}
+	switch resp.StatusCode {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // retryAfter is the wait a response asks for, which the SDK honours

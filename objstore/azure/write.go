@@ -67,7 +67,7 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 	// (which tells the caller its write did not happen: a writer would
 	// refuse a row it had committed, a merger delete files a version it
 	// committed still names).
-	ctx, sends := withSends(ctx)
+	sendCtx, unanswered := withSends(ctx)
 	id := newCommitID()
 	md := metadata(opts.Metadata)
 	md[commitKey] = &id
@@ -78,7 +78,7 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 		cond.IfMatch = to.Ptr(azcore.ETag(opts.IfMatch))
 	}
 	client := b.client.NewBlockBlobClient(key)
-	resp, err := client.Upload(ctx, body, &blockblob.UploadOptions{
+	resp, err := client.Upload(sendCtx, body, &blockblob.UploadOptions{
 		Metadata:         md,
 		HTTPHeaders:      headers(opts.ContentType),
 		AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: cond},
@@ -87,8 +87,9 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 		return putAttrs(key, size, resp.ETag, resp.LastModified, opts), nil
 	}
 	err = mapError(opPut, key, err)
-	if !errors.Is(err, objstore.ErrPrecondition) || sends.Load() <= 1 {
-		return objstore.Attrs{}, err // one try: its condition failed, nothing was written
+	if !errors.Is(err, objstore.ErrPrecondition) || unanswered.Load() == 0 {
+		// Every earlier try was answered, and refused: nothing was written.
+		return objstore.Attrs{}, err
 	}
 	props, perr := client.GetProperties(ctx, nil)
 	switch perr = mapError(opHead, key, perr); {
@@ -97,7 +98,7 @@ func (b *Bucket) putConditional(ctx context.Context, key string, r io.Reader, op
 	case perr == nil, errors.Is(perr, objstore.ErrNotFound):
 		// Another write came after some try of this Put: whether an
 		// earlier try landed first is unknown.
-		return objstore.Attrs{}, fmt.Errorf("azure put %s: outcome unknown: the condition failed on a resend (%d tries) and the blob is not this Put's: %v", key, sends.Load(), err)
+		return objstore.Attrs{}, fmt.Errorf("azure put %s: outcome unknown: the condition failed on a resend after %d tries without an answer, and the blob is not this Put's: %v", key, unanswered.Load(), err)
 	default:
 		// Whether an earlier attempt of this Put won is unknown; saying
 		// ErrPrecondition could make the caller give up a commit it made.
