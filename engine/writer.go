@@ -207,25 +207,48 @@ func (w *shardWriter) recover(ctx context.Context) error {
 
 // ensureSeal makes sure the seal record of a head sealed at h.Gen exists,
 // unless the generation was merged already.
+//
+// A segment missing while the seal record is built means the generation was
+// merged and reclaimed meanwhile (the newest base says so), or the table was
+// dropped (then that is the answer); otherwise the file is missing, which
+// is reported as ErrMissingFile, never as a bare not-found.
 func (t *Table) ensureSeal(ctx context.Context, shard string, h head) error {
 	_, err := t.sealOf(ctx, shard, h.Gen, h.Segs)
 	if !errors.Is(err, objstore.ErrNotFound) {
 		return err
 	}
-	latest, lerr := t.latestVersion(ctx, t.snap.Load().version())
-	if lerr != nil {
-		return lerr
-	}
-	if latest > 0 {
+	causes := []error{err}
+	for attempt := 0; attempt <= maxRetries; attempt++ {
+		// From what the registry names: retention keeps it at or above
+		// the collection floor.
+		reg, _, rerr := readRegistry(ctx, t.db, t.lay)
+		if errors.Is(rerr, objstore.ErrNotFound) || rerr == nil && reg.Dropped {
+			return t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
+		}
+		if rerr != nil {
+			return rerr
+		}
+		latest, lerr := t.latestVersion(ctx, max(t.snap.Load().version(), reg.Base))
+		if lerr != nil {
+			return lerr
+		}
+		if latest == 0 {
+			break
+		}
 		m, merr := t.loadManifest(ctx, latest)
+		if errors.Is(merr, objstore.ErrNotFound) {
+			causes = append(causes, merr) // collected since: a newer one exists
+			continue
+		}
 		if merr != nil {
 			return merr
 		}
 		if m.watermark(shard) >= h.Gen {
 			return nil // merged and reclaimed
 		}
+		break
 	}
-	return err
+	return t.missing(ctx, fmt.Errorf("%w: sealing generation %d of %s/%s: %w", ErrMissingFile, h.Gen, t.Name(), shard, errors.Join(causes...)))
 }
 
 func (w *shardWriter) open(h head) {
