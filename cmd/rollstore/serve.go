@@ -261,7 +261,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) *flagGroups {
 	fs.DurationVar(&c.engine.GenMaxAge, "generation-max-age", c.engine.GenMaxAge, "seal a WAL generation this long after its first write, making it mergeable")
 	fs.DurationVar(&c.engine.IdleAfter, "writer-idle-after", c.engine.IdleAfter, "a writer with no appends for this long leaves the registry's active set, so readers stop probing its shard")
 	fs.DurationVar(&c.server.MergeInterval, "merge-interval", c.server.MergeInterval, "period of the in-process merger (roles all and merger); 0 disables it")
-	fs.IntVar(&c.server.SweepEvery, "sweep-every", c.server.SweepEvery, "sweep orphaned objects every `n` merger passes")
+	fs.IntVar(&c.server.SweepEvery, "sweep-every", c.server.SweepEvery, "sweep orphaned objects (and what drops left) every `n` merger passes")
 	fs.DurationVar(&c.engine.ReclaimGrace, "reclaim-grace", c.engine.ReclaimGrace, "delay between merging generations and deleting them")
 	fs.DurationVar(&c.engine.OrphanGrace, "orphan-grace", c.engine.OrphanGrace, "age at which unreferenced objects are swept; must exceed the longest upload")
 	fs.IntVar(&c.engine.RetainVersions, "retain-versions", c.engine.RetainVersions, "newest base versions kept readable for pinned reads")
