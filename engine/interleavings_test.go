@@ -369,7 +369,7 @@ func TestInterleaving10RefreshRetriesACollectedVersion(t *testing.T) {
 	r.mustRead("x", 10)
 	walRow(t, w, "y", 10)
 	merge()                                      // version 2 exists; r knows version 1
-	gate := r.hooks.Pause("refresh:after-heads") // r's probe has found version 2
+	gate := r.hooks.Pause("refresh:before-base") // r's probe has found version 2
 	read := await(func() error { _, err := r.tb.Status(context.Background()); return err })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)

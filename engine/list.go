@@ -435,8 +435,20 @@ func (t *Table) versions(ctx context.Context) ([]VersionInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Below the collection floor (read after the listing) a key may hold a
+	// late merger's object: not one of the table's versions.
+	reg, _, err := readRegistry(ctx, t.db, t.lay)
+	if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
+		return nil, t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
+	}
+	if err != nil {
+		return nil, err
+	}
 	out := []VersionInfo{}
 	for _, v := range vs {
+		if v < reg.Floor {
+			continue
+		}
 		m, err := t.loadManifest(ctx, v)
 		if errors.Is(err, objstore.ErrNotFound) {
 			continue // collected since the listing

@@ -115,6 +115,35 @@ func (t *Table) latestVersion(ctx context.Context, known uint64) (uint64, error)
 	}
 }
 
+// newestVersion is latestVersion checked against the collection floor,
+// read after the probe answered: a version found below it is an object a
+// merger that had lost its lease created at a collected key (which a probe
+// by key cannot tell), and one below the registry's base is a stale find;
+// either way the probe starts again from the base, which retention keeps
+// at or above the floor. It returns the registry it checked against.
+func (t *Table) newestVersion(ctx context.Context, known uint64) (uint64, *registry, error) {
+	for attempt := 0; ; attempt++ {
+		v, err := t.latestVersion(ctx, known)
+		if err != nil {
+			return 0, nil, err
+		}
+		reg, _, err := readRegistry(ctx, t.db, t.lay)
+		if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
+			return 0, nil, fmt.Errorf("%w: %s", errDropped, t.Name())
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		if v >= reg.Floor && v >= reg.Base {
+			return v, reg, nil
+		}
+		if attempt == 3 {
+			return reg.Base, reg, nil // committed, and at or above the floor
+		}
+		known = reg.Base
+	}
+}
+
 func (t *Table) listLatest(ctx context.Context) (uint64, error) {
 	var latest uint64
 	err := t.db.store.List(ctx, t.lay.VersionsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {

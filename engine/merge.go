@@ -98,7 +98,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if err != nil {
 			return res, err
 		}
-		latest, err := t.latestVersion(ctx, max(t.snap.Load().version(), reg.Base))
+		latest, reg, err := t.newestVersion(ctx, max(t.snap.Load().version(), reg.Base))
 		if err != nil {
 			return res, err
 		}
@@ -623,14 +623,28 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 	// Recorded before the first delete: from then on every reader takes a
 	// version below the floor for collected, whatever is at its key.
 	newest := vs[len(vs)-1]
-	if _, err := updateRegistry(ctx, t.db, t.lay, func(r *registry) bool {
+	reg, err = updateRegistry(ctx, t.db, t.lay, func(r *registry) bool {
 		if r.Floor >= floor && r.Base >= newest {
 			return false
 		}
 		r.Floor, r.Base = max(r.Floor, floor), max(r.Base, newest)
 		return true
-	}); err != nil {
+	})
+	if err != nil {
 		return 0, 0, fmt.Errorf("raising the collection floor to %d: %w", floor, err)
+	}
+	// Listed again: what is at or above the floor now is never deleted,
+	// so this listing holds every version whose files must stay (the first
+	// may predate versions committed, and collected by others, since).
+	_, vs, err = t.listVersions(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	doomed = doomed[:0]
+	for _, v := range vs {
+		if v < reg.Floor {
+			doomed = append(doomed, v)
+		}
 	}
 	live, err := t.liveFiles(ctx, vs, doomed)
 	if err != nil {

@@ -316,7 +316,11 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		return nil, err
 	}
 	reg := curReg
-	if reg == nil || regAttrs.ETag != reg.etag {
+	// A probe that found another version is checked against the
+	// collection floor as it is after the probe answered: a version found
+	// below it is a late merger's object at a collected key.
+	found := doProbe && !probeLate && probed != known
+	if reg == nil || regAttrs.ETag != reg.etag || found {
 		r, _, err := readRegistry(ctx, db, t.lay)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
@@ -330,9 +334,11 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
 	}
 	if probeLate {
-		if probed, err = t.latestVersion(ctx, reg.Base); err != nil {
+		if probed, reg, err = t.newestVersion(ctx, reg.Base); err != nil {
 			return nil, err
 		}
+	} else if probed < reg.Floor {
+		probed = 0 // not the table's: the registry's base is the newest known
 	}
 
 	// Every shard that may have acknowledged since cur was built.
@@ -371,6 +377,9 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	// The base: the newest of what cur had, what the registry names and
 	// what the probe found.
 	target := max(known, reg.Base, probed)
+	if err := db.point(ctx, "refresh:before-base"); err != nil {
+		return nil, err
+	}
 	base := (*baseView)(nil)
 	if cur != nil && target == known {
 		base = cur.base

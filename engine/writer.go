@@ -219,18 +219,9 @@ func (t *Table) ensureSeal(ctx context.Context, shard string, h head) error {
 	}
 	causes := []error{err}
 	for attempt := 0; attempt <= maxRetries; attempt++ {
-		// From what the registry names: retention keeps it at or above
-		// the collection floor.
-		reg, _, rerr := readRegistry(ctx, t.db, t.lay)
-		if errors.Is(rerr, objstore.ErrNotFound) || rerr == nil && reg.Dropped {
-			return t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
-		}
-		if rerr != nil {
-			return rerr
-		}
-		latest, lerr := t.latestVersion(ctx, max(t.snap.Load().version(), reg.Base))
+		latest, _, lerr := t.newestVersion(ctx, t.snap.Load().version())
 		if lerr != nil {
-			return lerr
+			return t.noteGone(lerr)
 		}
 		if latest == 0 {
 			break

@@ -1,0 +1,429 @@
+package engine
+
+// Adversarial review, session 15c: the collection floor (registry Floor,
+// raised before retention deletes), pinned reads decided by the next
+// version's parent or the floor, and ensureSeal's answer from the
+// registry's base. Every interleaving is forced with pause points, faulty
+// rules or hooks; none depends on timing. Each test failed on the first
+// floor (a probe, a listing or a retention pass could still take a late
+// merger's object at a collected key for a version) and passes since every
+// discovery checks what it found against the floor read after it.
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/faulty"
+	"github.com/rollstore/rollstore/objstore/memory"
+)
+
+// lateWithGap builds, on mem:
+//
+//   - w (shard s0) writes x, y1..y4: five sealed generations g1..g5;
+//   - M2 merges x alone: version 1;
+//   - M1 (no merger lease) plans version 2 from base 1 with y1..y4, writes
+//     its data and is held before its create-if-absent of version 2;
+//   - between (a callback run while M1 is held, before M2 goes on) the
+//     caller arranges its own interleaving;
+//   - M2 merges y1, y2, y3, y4 one at a time: versions 2..5; RetainVersions
+//     2 collects 1, 2 and 3 (floor 4);
+//   - M1's commit lands at the free key 2 (a late object, built on the
+//     table's version 1, whose next key 3 is free as well); M1 crashes
+//     right after its commit (before its own retention).
+func lateWithGap(t *testing.T, mem *memory.Bucket, between func(w *env)) {
+	t.Helper()
+	ctx := context.Background()
+	w := newEnv(t, mem, testConfig("s0"))
+	for _, id := range []string{"x", "y1", "y2", "y3", "y4"} {
+		walRow(t, w, id, 1000)
+	}
+	mcfg := testConfig("")
+	mcfg.LeaseDuration = -1
+	m2 := newEnv(t, mem, mcfg)
+	if res, err := m2.tb.Merge(ctx, MergeOptions{MaxBytes: 1}); err != nil || res.Version != 1 {
+		t.Fatalf("M2's first merge: %+v %v", res, err)
+	}
+	f1 := faulty.New(mem)
+	t.Cleanup(f1.Reset)
+	m1 := newEnv(t, f1, mcfg)
+	errCrash := errors.New("M1 crashes after its commit")
+	m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
+	held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
+	m1Done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{}); return err })
+	mustWait(t, held)
+	between(w)
+	for i := 0; i < 4; i++ {
+		if _, err := m2.tb.Merge(ctx, MergeOptions{MaxBytes: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range []uint64{1, 2, 3} {
+		if _, err := mem.Head(ctx, m2.tb.lay.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("version %d not collected: %v", v, err)
+		}
+	}
+	held.Release()
+	if err := <-m1Done; !errors.Is(err, errCrash) {
+		t.Fatalf("M1: %v, want its crash after the commit", err)
+	}
+	if _, err := mem.Head(ctx, m2.tb.lay.Version(2)); err != nil {
+		t.Fatalf("M1's late object is not at version 2's key: %v", err)
+	}
+	reg, _, err := readRegistry(ctx, m2.db, m2.tb.lay)
+	if err != nil || reg.Floor != 4 || reg.Base != 5 {
+		t.Fatalf("registry after M2's retention: %+v %v, want floor 4, base 5", reg, err)
+	}
+}
+
+// A refresh that probes for a newer base from a registry it read (or
+// whose HEAD it took) before a collection: the probe, latestVersion(1),
+// HEADs version 1 (collected) and 2 (M1's late object), then 3 (collected:
+// "2 is the newest") and the refresh takes max(known 1, registry base 1,
+// probed 2) = 2 -- the late merger's object becomes the process's resident
+// base. Nothing checks the probed version against the floor (it is read
+// before the probe, not after).
+//
+//  1. lateWithGap; between: a fresh process R starts Status (a refresh
+//     with a probe). R reads the registry (base 1, floor 0), then its HEAD
+//     of version 2 is held.
+//  2. M2 commits 2..5 and collects 1..3; M1's late commit lands at 2.
+//  3. R's HEAD of version 2 goes on.
+//
+// Expected: R's view is version 5 (the table's newest), and a pinned read
+// of version 2 (collected) answers ErrVersionGone.
+func TestReview15cRefreshProbeAdoptsLateObject(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	fr := faulty.New(mem)
+	t.Cleanup(fr.Reset)
+	var r *env
+	var gate *faulty.Gate
+	var done chan error
+	var st Status
+	lateWithGap(t, mem, func(*env) {
+		r = newEnv(t, fr, testConfig(""))
+		if r.tb.snap.Load() != nil {
+			t.Fatal("R has a view already")
+		}
+		gate = fr.Pause(faulty.OpHead, faulty.Before, faulty.Key(r.tb.lay.Version(2)))
+		done = await(func() error { var err error; st, err = r.tb.Status(ctx); return err })
+		mustWait(t, gate)
+	})
+	gate.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("R's status: %v", err)
+	}
+	if v := r.tb.snap.Load().version(); st.Version != 5 || v != 5 {
+		t.Errorf("R's status reports version %d, its resident view is version %d (id %q); want 5: the table's newest (2 is a late merger's object below the floor)",
+			st.Version, v, r.tb.snap.Load().base.m.ID)
+	}
+	if rec, err := r.tb.Get(ctx, "y4", ReadOptions{Version: 2}); !errors.Is(err, ErrVersionGone) {
+		t.Errorf("R: pinned read of collected version 2 (its key holds M1's late object): rec=%v err=%v, want ErrVersionGone", rec != nil, err)
+	}
+	// Another process without the poisoned view agrees it is gone.
+	if _, err := newEnv(t, mem, testConfig("")).tb.Get(ctx, "y4", ReadOptions{Version: 2}); !errors.Is(err, ErrVersionGone) {
+		t.Errorf("fresh process: pinned read of version 2: %v, want ErrVersionGone", err)
+	}
+}
+
+// The same window with a process that has a view (version 1): the
+// refresh's round one takes the registry's HEAD (unchanged since the view:
+// the cached registry, base 1, is reused) in parallel with the probe; the
+// probe's HEAD of version 2 is held until after the collection and M1's
+// late commit.
+func TestReview15cRefreshProbeWithViewAdoptsLateObject(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	fr := faulty.New(mem)
+	t.Cleanup(fr.Reset)
+	var r *env
+	var gate *faulty.Gate
+	var done chan error
+	var st Status
+	lateWithGap(t, mem, func(*env) {
+		r = newEnv(t, fr, testConfig(""))
+		if _, err := r.tb.Get(ctx, "x", ReadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if v := r.tb.snap.Load().version(); v != 1 {
+			t.Fatalf("R's view: %d, want 1", v)
+		}
+		regHead := fr.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.lay.Registry()))
+		gate = fr.Pause(faulty.OpHead, faulty.Before, faulty.Key(r.tb.lay.Version(2)))
+		done = await(func() error { var err error; st, err = r.tb.Status(ctx); return err })
+		mustWait(t, regHead) // the registry's HEAD was answered (unchanged)
+		regHead.Release()
+		mustWait(t, gate)
+	})
+	gate.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("R's status: %v", err)
+	}
+	if v := r.tb.snap.Load().version(); st.Version != 5 || v != 5 {
+		t.Errorf("R's status reports version %d, its resident view is version %d; want 5", st.Version, v)
+	}
+	if rec, err := r.tb.Get(ctx, "y4", ReadOptions{Version: 2}); !errors.Is(err, ErrVersionGone) {
+		t.Errorf("R: pinned read of collected version 2: rec=%v err=%v, want ErrVersionGone", rec != nil, err)
+	}
+}
+
+// Versions (the list/ListVersions API) lists every object under the
+// versions prefix: a late merger's object below the floor is reported as a
+// retained version, although every pinned read of it answers gone.
+func TestReview15cVersionsListsLateObjectBelowFloor(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	lateWithGap(t, mem, func(*env) {})
+	r := newEnv(t, mem, testConfig(""))
+	vis, err := r.tb.Versions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, vi := range vis {
+		got = append(got, vi.Version)
+	}
+	if _, err := r.tb.Get(ctx, "y4", ReadOptions{Version: 2}); !errors.Is(err, ErrVersionGone) {
+		t.Fatalf("pinned read of 2: %v, want gone", err)
+	}
+	for _, v := range got {
+		if v < 4 {
+			t.Errorf("Versions lists %v: version %d is below the collection floor 4 (its pinned read answers ErrVersionGone)", got, v)
+		}
+	}
+}
+
+// Two collectors with different listings, and a late merger's object at
+// a key only the stale one doomed: collector A's live set is computed
+// from A's own listing (versions 3 and 4, which collector B has deleted
+// meanwhile: liveFiles skips a missing manifest), so it is empty; then A
+// loads its doomed manifests at delete time, and at key 2 finds M1's late
+// object, built on version 1 -- which references version 1's data file,
+// still referenced by the retained versions 5 and 6. A deletes it.
+//
+//  1. w writes x, y1..y5 (six sealed generations). M2 (RetainVersions 100:
+//     it collects nothing) merges x: version 1. M1 (no lease) plans version
+//     2 from base 1 with y1 and is held before its commit.
+//  2. M2 merges y1, y2, y3: versions 2..4.
+//  3. Collector A (RetainVersions 2) lists 1..4, reads the registry (floor
+//     0), computes floor 3 (doomed 1, 2), and is held at its registry CAS.
+//  4. M2 merges y4, y5: versions 5, 6. Collector B (RetainVersions 2)
+//     lists 1..6, raises the floor to 5, deletes manifests 1..4 and the
+//     files only they referenced (none of version 1's: 5 and 6 hold them).
+//  5. M1's commit lands at the free key 2; M1 crashes after it.
+//  6. A's CAS fails (B moved the registry), the retry has nothing to
+//     raise; liveFiles(3, 4) finds neither; A loads manifest 2 (M1's
+//     object) and deletes the data files it names.
+//
+// Expected: x readable at the latest version and pinned at 6 (retained).
+func TestReview15cStaleCollectorDeletesRetainedFilesViaLateObject(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	w := newEnv(t, mem, testConfig("s0"))
+	ids := []string{"x", "y1", "y2", "y3", "y4", "y5"}
+	for _, id := range ids {
+		walRow(t, w, id, 1000)
+	}
+	keep := testConfig("")
+	keep.LeaseDuration = -1
+	keep.RetainVersions = 100
+	m2 := newEnv(t, mem, keep)
+	one := func() {
+		t.Helper()
+		if _, err := m2.tb.Merge(ctx, MergeOptions{MaxBytes: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one() // version 1: x
+	f1 := faulty.New(mem)
+	t.Cleanup(f1.Reset)
+	m1 := newEnv(t, f1, keep)
+	errCrash := errors.New("M1 crashes after its commit")
+	m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
+	m1Held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
+	m1Done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{MaxBytes: 1}); return err })
+	mustWait(t, m1Held)
+	one()
+	one()
+	one() // versions 2..4
+
+	coll := testConfig("")
+	coll.LeaseDuration = -1
+	fa := faulty.New(mem)
+	t.Cleanup(fa.Reset)
+	a := newEnv(t, fa, coll)
+	b := newEnv(t, mem, coll)
+	aHeld := fa.Pause(faulty.OpPut, faulty.Before, faulty.Key(a.tb.lay.Registry()))
+	type out struct {
+		v, f int
+		err  error
+	}
+	aDone := make(chan out, 1)
+	go func() { v, f, err := a.tb.collectVersions(ctx); aDone <- out{v, f, err} }()
+	mustWait(t, aHeld)
+
+	one()
+	one() // versions 5, 6
+	if _, _, err := b.tb.collectVersions(ctx); err != nil {
+		t.Fatalf("collector B: %v", err)
+	}
+	for v := uint64(1); v <= 4; v++ {
+		if _, err := mem.Head(ctx, w.tb.lay.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("version %d not collected by B: %v", v, err)
+		}
+	}
+	m1Held.Release()
+	if err := <-m1Done; !errors.Is(err, errCrash) {
+		t.Fatalf("M1: %v, want its crash after the commit", err)
+	}
+	if _, err := mem.Head(ctx, w.tb.lay.Version(2)); err != nil {
+		t.Fatalf("M1's late object not at key 2: %v", err)
+	}
+	aHeld.Release()
+	res := <-aDone
+	t.Logf("collector A: %d versions, %d files, %v", res.v, res.f, res.err)
+
+	r := newEnv(t, mem, testConfig(""))
+	for _, id := range ids {
+		if _, err := r.tb.Get(ctx, id, ReadOptions{}); err != nil {
+			t.Errorf("%s (acknowledged, merged, in retained versions 5 and 6) after collector A: %v", id, err)
+		}
+		if _, err := r.tb.Get(ctx, id, ReadOptions{Version: 6}); err != nil {
+			t.Errorf("%s pinned at retained version 6: %v", id, err)
+		}
+	}
+}
+
+// A merge that read the registry (base 1) before a collection plans from
+// latestVersion(1), which walks into the collected range: HEAD 1 missing,
+// HEAD 2 a late merger's object, HEAD 3 missing -- so the merge takes M1's
+// late object as its base and commits z at key 3 (free: collected), a
+// version below the floor that its own retention deletes at once.
+//
+//  1. lateWithGap; between: w writes z (a sixth sealed generation, after
+//     M1 planned), and merger M3 starts: it reads the registry (base 1)
+//     and its HEAD of version 2 is held.
+//  2. M2 merges y1..y4 (versions 2..5, floor 4); M1's late commit at 2.
+//  3. M3's HEAD goes on.
+//
+// Expected: M3 plans from version 5 and commits z as version 6.
+func TestReview15cMergePlansFromLateObject(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	f3 := faulty.New(mem)
+	t.Cleanup(f3.Reset)
+	mcfg := testConfig("")
+	mcfg.LeaseDuration = -1
+	var m3 *env
+	var gate *faulty.Gate
+	var done chan error
+	var res MergeResult
+	lateWithGap(t, mem, func(w *env) {
+		walRow(t, w, "z", 1000)
+		m3 = newEnv(t, f3, mcfg)
+		gate = f3.Pause(faulty.OpHead, faulty.Before, faulty.Key(m3.tb.lay.Version(2)))
+		done = await(func() error { var err error; res, err = m3.tb.Merge(ctx, MergeOptions{}); return err })
+		mustWait(t, gate)
+	})
+	gate.Release()
+	err := <-done
+	if err != nil || res.Version != 6 {
+		t.Errorf("M3's merge: version %d (merged %v, versions collected %d), err %v; want z committed as version 6 (on the table's newest, 5)",
+			res.Version, res.Merged, res.VersionsCollected, err)
+	}
+	r := newEnv(t, mem, testConfig(""))
+	if _, err := r.tb.Get(ctx, "z", ReadOptions{}); err != nil {
+		t.Errorf("z: %v", err)
+	}
+	if st, err := r.tb.Status(ctx); err != nil || st.Version != 6 {
+		t.Errorf("status after M3: version %d, %v; want 6", st.Version, err)
+	}
+}
+
+// A pinned read of the next version (3) racing its commit: the HEAD of 3
+// answers missing, then 3 is committed, then versionMissing finds latest
+// = 3 and answers "3 <= 3: gone" -- ErrVersionGone for a version that was
+// never collected (it did not exist when the read began, and is retained
+// now).
+func TestReview15cPinnedFutureVersionRacesCommit(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	w := twoVersions(t, mem)
+	f := faulty.New(mem)
+	t.Cleanup(f.Reset)
+	r := newEnv(t, f, testConfig(""))
+	if _, err := r.tb.Get(ctx, "y", ReadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.lay.Version(3)))
+	done := await(func() error { _, err := r.tb.Get(ctx, "z", ReadOptions{Version: 3}); return err })
+	mustWait(t, held)
+	walRow(t, w, "z", 1000)
+	w.merge() // version 3
+	held.Release()
+	err := <-done
+	if errors.Is(err, ErrVersionGone) {
+		t.Errorf("pinned read of version 3 racing its commit: %v; want ErrNoVersion (or z), never gone: 3 was never collected", err)
+	} else if err != nil && !errors.Is(err, ErrNoVersion) {
+		t.Errorf("pinned read of version 3: %v", err)
+	}
+}
+
+// A collector whose floor CAS lands with its answer lost recognises its
+// own write on the retry; a collector that crashes after raising the floor
+// and before deleting leaves versions below it in place: retained versions
+// (at and above the floor) stay readable pinned, the next merge's
+// retention finishes, and no registry writer (a writer's claim, noteBase)
+// lowers Floor or Base.
+func TestReview15cFloorCASLostAnswerAndCrashBeforeDelete(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	w := twoVersions(t, mem)
+	walRow(t, w, "z", 1000)
+	keep := testConfig("")
+	keep.RetainVersions = 100
+	m := newEnv(t, mem, keep)
+	m.merge() // version 3, nothing collected
+	f := faulty.New(mem)
+	t.Cleanup(f.Reset)
+	c := newEnv(t, f, testConfig(""))
+	errLost := errors.New("connection reset (answer lost)")
+	lost := f.LoseResponse(faulty.OpPut, faulty.Key(c.tb.lay.Registry()), errLost)
+	errCrash := errors.New("collector crashes")
+	c.hooks.Do("collect:before-delete", func(context.Context) error { return errCrash })
+	if _, _, err := c.tb.collectVersions(ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("collection: %v, want the crash before its first delete", err)
+	}
+	if lost.Fired() != 1 {
+		t.Fatal("the rule did not fire")
+	}
+	reg, _, _ := readRegistry(ctx, m.db, c.tb.lay)
+	if reg.Floor != 2 || reg.Base != 3 {
+		t.Fatalf("registry: floor %d base %d, want 2, 3", reg.Floor, reg.Base)
+	}
+	walRow(t, w, "u", 1000) // a writer's registry CAS (its next claim)
+	r := newEnv(t, mem, testConfig(""))
+	for v, id := range map[uint64]string{2: "y", 3: "z"} {
+		if _, err := r.tb.Get(ctx, id, ReadOptions{Version: v}); err != nil {
+			t.Errorf("retained version %d: %v", v, err)
+		}
+	}
+	if _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1}); err != nil && !errors.Is(err, ErrVersionGone) {
+		t.Errorf("version 1 (below the floor, not yet deleted): %v", err)
+	}
+	w.merge() // version 4: its retention collects 1 and 2
+	reg, _, _ = readRegistry(ctx, m.db, c.tb.lay)
+	if reg.Floor != 3 || reg.Base != 4 {
+		t.Errorf("registry after the next merge: floor %d base %d, want 3, 4", reg.Floor, reg.Base)
+	}
+	for _, id := range []string{"x", "y", "z", "u"} {
+		if _, err := r.tb.Get(ctx, id, ReadOptions{Version: 4}); err != nil {
+			t.Errorf("%s at 4: %v", id, err)
+		}
+	}
+	if _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1}); !errors.Is(err, ErrVersionGone) {
+		t.Errorf("version 1 after collection: %v, want gone", err)
+	}
+}
