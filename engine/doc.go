@@ -67,11 +67,15 @@
 //     shard), seals the open generation of a shard whose writer is gone,
 //     writes the data files, and commits base version v+1 by
 //     create-if-absent of its manifest, recording per shard the highest
-//     generation merged, its own random id and its parent's. Keeps: a
-//     watermark means "every generation up to here is in the base"; and
-//     since each version names the one it was built on, an object a late
-//     merger creates at a collected version's key (the key is free again)
-//     is told from the table's version by the next version's HEAD.
+//     generation merged, its own random id and its parent's. Retention
+//     then raises the registry's collection floor to the oldest version it
+//     keeps (and the registry's base to at least the newest) before it
+//     deletes a manifest. Keeps: a watermark means "every generation up to
+//     here is in the base"; a version below the floor is collected,
+//     whatever object a merger that had lost its lease creates at its free
+//     key later, and every discovery of versions (a probe by key, a
+//     listing, a pinned read) checks what it found against the floor read
+//     after it, or against the next version, which names its parent.
 //  7. Reclaim. Only after the commit (and ReclaimGrace), the merged
 //     generations are deleted: segments first, the seal record last,
 //     without listing (walking down from the watermark while seal records
@@ -126,8 +130,9 @@
 //   - A read pinned to a base version sees exactly that version, or
 //     ErrVersionGone once it was collected: one round trip HEADs its
 //     manifest, the next version's (whose parent id must be this one's)
-//     and the descriptor, so every process agrees, whatever a late merger
-//     created at a collected key.
+//     and the descriptor; when the next does not decide, the collection
+//     floor does. So every process agrees, whatever a late merger created
+//     at a collected key.
 //
 // # Back-pressure and bounds
 //
