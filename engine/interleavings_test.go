@@ -877,3 +877,41 @@ func TestSealMeetingADropAnswersTheDrop(t *testing.T) {
 		t.Fatalf("B's append, whose seal met the drop: %v, want ErrTableNotFound", err)
 	}
 }
+
+// A head swap whose outcome is unknown (no answer, and on the retry the head
+// had moved) is resolved from the counts: here it did not land, and the new
+// owner sealed the generation without it, so the append is refused with
+// ErrFenced (not "outcome unknown") and the row is never visible. Found by
+// the e2e test: a writer continued after SIGSTOP answered new writes
+// "outcome unknown" once the store's answer to a lost try became honest.
+func TestUnknownHeadSwapResolvedFromTheSeal(t *testing.T) {
+	ctx := context.Background()
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fa := faulty.New(mem)
+	t.Cleanup(fa.Reset)
+	a := newEnv(t, fa, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	fa.Hook(faulty.OpPut, faulty.Before, faulty.KeyContains("/s0/_head.json"), func(context.Context, string) error {
+		// A's lease lapses before its swap counting a2 is sent; B takes
+		// the shard, sealing A's generation at a1. A's try gets no answer.
+		clk.Advance(16 * time.Second)
+		b := newEnv(t, mem, leaseConfig("s0", clk))
+		if err := appendID(b.tb, "b1"); err != nil {
+			t.Errorf("B takes the shard: %v", err)
+		}
+		return errors.New("connection reset: no answer")
+	})
+	err := appendID(a.tb, "a2")
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("A's swap did not land and B's seal does not count it: %v, want ErrFenced", err)
+	}
+	r := newEnv(t, mem, leaseConfig("", clk))
+	if _, err := r.tb.Get(ctx, "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the refused a2: %v, want ErrNotFound", err)
+	}
+	r.mustRead("a1", 100)
+	r.mustRead("b1", 100)
+}

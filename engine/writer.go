@@ -676,6 +676,29 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 		}
 	}
 	nh, err := casHead(ctx, t.db, t.lay, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id, layout: headLayout(lay)})
+	if errors.Is(err, ErrOutcomeUnknown) {
+		// Whether the swap landed is in the counts: only this writer
+		// counts segments of its generation, and a new owner seals it at
+		// the count the head had.
+		switch counted, rerr := t.counted(ctx, w.shard, w.head.Gen, seq); {
+		case rerr == nil && counted:
+			cur, herr := readHead(ctx, t.db, t.lay, w.shard)
+			if herr == nil && cur.Gen == w.head.Gen && cur.Owner == w.id && !cur.Sealed && cur.Segs == seq {
+				nh, err = cur, nil // landed, and still this writer's to go on with
+			} else {
+				// Landed, but the generation is sealed: acknowledged, and
+				// this writer stops (it can count nothing more).
+				w.head.Segs = seq
+				w.segs = append(w.segs, sealedSegment{Seq: seq, Size: int64(len(data)), Layout: lay})
+				w.fail(batch, fmt.Errorf("%w: %s/%s: the generation was sealed after this writer's last segment", ErrFenced, t.Name(), w.shard))
+				return nil
+			}
+		case rerr == nil:
+			err = fmt.Errorf("%w: %w", errHeadMoved, err) // not counted: fenced
+		case errors.Is(rerr, ErrTableNotFound):
+			err = rerr
+		}
+	}
 	if err != nil {
 		if errors.Is(err, errHeadMoved) {
 			err = fmt.Errorf("%w: %w", ErrFenced, err)
@@ -693,6 +716,30 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	w.genBytes += int64(len(data))
 	t.db.stats.Segments.Add(1)
 	return nil
+}
+
+// counted reports whether segment seq of gen is counted: by the head, while
+// gen is its generation, or by gen's seal record once a new owner moved on.
+// An error means it cannot tell (gen merged and reclaimed, a failing read).
+func (t *Table) counted(ctx context.Context, shard string, gen, seq uint64) (bool, error) {
+	h, err := readHead(ctx, t.db, t.lay, shard)
+	if err != nil {
+		return false, err
+	}
+	if h.Dropped {
+		return false, fmt.Errorf("%w: %s", errDropped, t.Name())
+	}
+	if h.Gen == gen {
+		return h.Segs >= seq, nil
+	}
+	if h.Gen < gen {
+		return false, fmt.Errorf("the head of %s/%s is at generation %d, below %d", t.Name(), shard, h.Gen, gen)
+	}
+	rec, err := t.loadSeal(ctx, shard, gen)
+	if err != nil {
+		return false, err // reclaimed (merged): which segments it had is in the base only
+	}
+	return uint64(len(rec.Segments)) >= seq, nil
 }
 
 // putSegment creates the segment object, retrying transient failures. An
