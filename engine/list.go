@@ -437,10 +437,7 @@ func (t *Table) versions(ctx context.Context) ([]VersionInfo, error) {
 	}
 	// Below the collection floor (read after the listing) a key may hold a
 	// late merger's object: not one of the table's versions.
-	reg, _, err := readRegistry(ctx, t.db, t.lay)
-	if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
-		return nil, t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
-	}
+	reg, err := t.liveRegistry(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -127,10 +127,7 @@ func (t *Table) newestVersion(ctx context.Context, known uint64) (uint64, *regis
 		if err != nil {
 			return 0, nil, err
 		}
-		reg, _, err := readRegistry(ctx, t.db, t.lay)
-		if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
-			return 0, nil, fmt.Errorf("%w: %s", errDropped, t.Name())
-		}
+		reg, err := t.liveRegistry(ctx)
 		if err != nil {
 			return 0, nil, err
 		}

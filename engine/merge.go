@@ -91,10 +91,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if err := t.live(); err != nil {
 			return res, err
 		}
-		reg, _, err := readRegistry(ctx, t.db, t.lay)
-		if errors.Is(err, objstore.ErrNotFound) || (err == nil && reg.Dropped) {
-			return res, fmt.Errorf("%w: %s", errDropped, t.Name())
-		}
+		reg, err := t.liveRegistry(ctx)
 		if err != nil {
 			return res, err
 		}

@@ -226,10 +226,7 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 		return nil, t.notInHistory(v)
 	case view.version() == v && view.base.m.ID == id:
 	default:
-		reg, _, err := readRegistry(ctx, t.db, t.lay)
-		if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
-			return nil, t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
-		}
+		reg, err := t.liveRegistry(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -271,10 +268,7 @@ func (t *Table) versionMissing(ctx context.Context, v uint64) error {
 	// Missing: collected if below the collection floor, read after the
 	// manifest was found missing (retention raises it before it deletes);
 	// otherwise not committed yet when it was looked for.
-	reg, _, err := readRegistry(ctx, t.db, t.lay)
-	if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
-		return t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
-	}
+	reg, err := t.liveRegistry(ctx)
 	if err != nil {
 		return err
 	}

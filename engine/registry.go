@@ -94,6 +94,16 @@ func readRegistry(ctx context.Context, db *DB, inc layout.Inc) (*registry, objst
 	return &r, attrs, nil
 }
 
+// liveRegistry reads the registry of an incarnation that was not dropped:
+// a missing registry or a drop's tombstone is errDropped.
+func (t *Table) liveRegistry(ctx context.Context) (*registry, error) {
+	r, _, err := readRegistry(ctx, t.db, t.lay)
+	if errors.Is(err, objstore.ErrNotFound) || err == nil && r.Dropped {
+		return nil, t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
+	}
+	return r, err
+}
+
 // updateRegistry applies fn to the registry by compare-and-swap until it
 // lands or fn reports no change. fn must be idempotent: after a lost
 // response it is applied to the registry as that write left it.
