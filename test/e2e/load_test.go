@@ -530,6 +530,11 @@ func (l *load) send(p *proc, id string, body io.Reader, size int64) attempt {
 		case resp.StatusCode == http.StatusServiceUnavailable && (a.code == "fenced" || a.code == "unavailable"):
 			// May have landed: a fenced writer's segment can be in the
 			// generation its successor sealed.
+		case resp.StatusCode == http.StatusServiceUnavailable && a.code == "outcome_unknown":
+			// The documented answer when a try got no answer and the
+			// counts that would tell were reclaimed meanwhile (a writer
+			// continued after SIGSTOP, its connections dead): the ledger
+			// accepts the row visible or not.
 		case resp.StatusCode == http.StatusConflict:
 			l.ledger.problems.add("identical retry refused (409)", "%s %s: %s", p, id, data)
 		default:
