@@ -600,21 +600,11 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 	// at a collected key by a merger that had lost its lease.
 	cutoff := t.db.rt.Now().Add(-cfg.RetainAge)
 	floor := vs[len(vs)-1]
-	for i := len(vs) - 1; i >= 0 && vs[i] >= reg.Floor; i-- {
-		if i >= len(vs)-cfg.RetainVersions || entries[i].LastModified.After(cutoff) {
-			floor = vs[i]
-		} else {
-			break
-		}
+	for i := len(vs) - 1; i >= 0 && vs[i] >= reg.Floor && (i >= len(vs)-cfg.RetainVersions || entries[i].LastModified.After(cutoff)); i-- {
+		floor = vs[i]
 	}
 	floor = max(floor, reg.Floor)
-	var doomed []uint64
-	for _, v := range vs {
-		if v < floor {
-			doomed = append(doomed, v)
-		}
-	}
-	if len(doomed) == 0 {
+	if vs[0] >= floor {
 		return 0, 0, nil
 	}
 	// Recorded before the first delete: from then on every reader takes a
@@ -637,7 +627,7 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 	if err != nil {
 		return 0, 0, err
 	}
-	doomed = doomed[:0]
+	var doomed []uint64
 	for _, v := range vs {
 		if v < reg.Floor {
 			doomed = append(doomed, v)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -180,24 +181,20 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 	// history holds: a merger that lost its lease can create an object at
 	// a collected version's key, and the next version, which names its
 	// parent, tells the two apart. All three checks in one round trip.
-	var incErr, nextErr error
-	var next objstore.Attrs
-	checked := t.db.rt.NewEvent()
-	t.db.rt.Go(func() {
-		defer checked.Fire()
-		incErr = t.checkIncarnation(ctx)
-	})
-	nextDone := t.db.rt.NewEvent()
-	t.db.rt.Go(func() {
-		defer nextDone.Fire()
-		next, nextErr = t.db.store.Head(ctx, t.lay.Version(v+1))
-	})
-	cur, err := t.db.store.Head(ctx, t.lay.Version(v))
-	if _, werr := t.db.rt.Wait(context.WithoutCancel(ctx), checked); werr != nil {
-		return nil, werr
-	}
-	if _, werr := t.db.rt.Wait(context.WithoutCancel(ctx), nextDone); werr != nil {
-		return nil, werr
+	var incErr, err, nextErr error
+	var cur, next objstore.Attrs
+	if perr := sched.Parallel(ctx, t.db.rt, 3, 3, func(ctx context.Context, i int) error {
+		switch i {
+		case 0:
+			cur, err = t.db.store.Head(ctx, t.lay.Version(v))
+		case 1:
+			next, nextErr = t.db.store.Head(ctx, t.lay.Version(v+1))
+		default:
+			incErr = t.checkIncarnation(ctx)
+		}
+		return nil
+	}); perr != nil {
+		return nil, perr
 	}
 	if incErr != nil {
 		return nil, t.noteGone(incErr)
@@ -245,9 +242,7 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 		return nil, t.versionMissing(ctx, v)
 	}
 	if err == nil && s.base.m.ID != id {
-		// Loaded (or cached) from another object than the one checked.
-		t.pinned.Remove(v)
-		return nil, t.notInHistory(v)
+		return nil, t.notInHistory(v) // loaded (or cached) from another object than the one checked
 	}
 	return s, err
 }

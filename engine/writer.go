@@ -680,10 +680,9 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 		// Whether the swap landed is in the counts: only this writer
 		// counts segments of its generation, and a new owner seals it at
 		// the count the head had.
-		switch counted, rerr := t.counted(ctx, w.shard, w.head.Gen, seq); {
+		switch counted, cur, rerr := t.counted(ctx, w.shard, w.head.Gen, seq); {
 		case rerr == nil && counted:
-			cur, herr := readHead(ctx, t.db, t.lay, w.shard)
-			if herr == nil && cur.Gen == w.head.Gen && cur.Owner == w.id && !cur.Sealed && cur.Segs == seq {
+			if cur.Gen == w.head.Gen && cur.Owner == w.id && !cur.Sealed && cur.Segs == seq {
 				nh, err = cur, nil // landed, and still this writer's to go on with
 			} else {
 				// Landed, but the generation is sealed: acknowledged, and
@@ -721,25 +720,24 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 // counted reports whether segment seq of gen is counted: by the head, while
 // gen is its generation, or by gen's seal record once a new owner moved on.
 // An error means it cannot tell (gen merged and reclaimed, a failing read).
-func (t *Table) counted(ctx context.Context, shard string, gen, seq uint64) (bool, error) {
+// It returns the head it read.
+func (t *Table) counted(ctx context.Context, shard string, gen, seq uint64) (bool, head, error) {
 	h, err := readHead(ctx, t.db, t.lay, shard)
-	if err != nil {
-		return false, err
-	}
-	if h.Dropped {
-		return false, fmt.Errorf("%w: %s", errDropped, t.Name())
-	}
-	if h.Gen == gen {
-		return h.Segs >= seq, nil
-	}
-	if h.Gen < gen {
-		return false, fmt.Errorf("the head of %s/%s is at generation %d, below %d", t.Name(), shard, h.Gen, gen)
+	switch {
+	case err != nil:
+		return false, h, err
+	case h.Dropped:
+		return false, h, fmt.Errorf("%w: %s", errDropped, t.Name())
+	case h.Gen == gen:
+		return h.Segs >= seq, h, nil
+	case h.Gen < gen:
+		return false, h, fmt.Errorf("the head of %s/%s is at generation %d, below %d", t.Name(), shard, h.Gen, gen)
 	}
 	rec, err := t.loadSeal(ctx, shard, gen)
 	if err != nil {
-		return false, err // reclaimed (merged): which segments it had is in the base only
+		return false, h, err // reclaimed (merged): which segments it had is in the base only
 	}
-	return uint64(len(rec.Segments)) >= seq, nil
+	return uint64(len(rec.Segments)) >= seq, h, nil
 }
 
 // putSegment creates the segment object, retrying transient failures. An
