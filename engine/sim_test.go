@@ -193,6 +193,7 @@ type simRow struct {
 	acked        bool
 	ackedAt      int
 	attempts     int
+	pending      int // appends of it running (a stalled process's may end long after)
 	refused      int
 	unknown      int
 	seenAt       int
@@ -622,6 +623,7 @@ func (w *simWorld) appendRows(ctx context.Context, p *simProc, rs []*simRow) {
 	start := w.tick()
 	for _, r := range rs {
 		r.attempts++
+		r.pending++
 		if r.firstAttempt == 0 {
 			r.firstAttempt = start
 		}
@@ -641,6 +643,7 @@ func (w *simWorld) appendRows(ctx context.Context, p *simProc, rs []*simRow) {
 	}
 	end := w.tick()
 	for _, r := range rs {
+		r.pending--
 		w.record(r, err, start, end)
 	}
 }
@@ -957,6 +960,11 @@ func (w *simWorld) opDrop(ctx context.Context, p *simProc) {
 		return
 	}
 	w.epoch++
+	for _, r := range w.rows {
+		if r.pending > 0 {
+			r.epoch = -1 // an append begun before the drop may land in either incarnation
+		}
+	}
 	w.versions, w.goneBelow = nil, 0
 	w.dropEnd = w.tick()
 	w.dropping = false
