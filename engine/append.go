@@ -216,7 +216,7 @@ func (w *shardWriter) stream(ctx context.Context, rec *Record, r io.Reader, size
 		h.Write(head)
 		rec.Payload, rec.PayloadSize = head, int64(len(head))
 	} else {
-		key, err := w.t.lay.Payload(w.shard, w.currentGen(), w.t.db.randomName())
+		key, err := w.t.keys.Payload(w.shard, w.currentGen(), w.t.db.randomName())
 		if err != nil {
 			return err
 		}

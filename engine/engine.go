@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/cache"
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/internal/sched"
@@ -56,7 +56,7 @@ var (
 	ErrNoWriter    = errors.New("this process owns no writer shard")
 	ErrTooLarge    = errors.New("payload too large")
 	ErrInvalid     = rowfile.ErrInvalidRecord
-	ErrInvalidName = layout.ErrInvalidName
+	ErrInvalidName = keyspace.ErrInvalidName
 	// ErrShardOwned: another live process holds the shard's lease.
 	ErrShardOwned = errors.New("shard is owned by another writer")
 	// ErrMergerBusy: another merger holds the table's merger lease, or a
@@ -273,7 +273,7 @@ type payloadKey struct {
 func Open(store objstore.Bucket, cfg Config) (*DB, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Shard != "" {
-		if err := layout.ValidateShard(cfg.Shard); err != nil {
+		if err := keyspace.ValidateShard(cfg.Shard); err != nil {
 			return nil, err
 		}
 	}
@@ -368,7 +368,7 @@ type descriptor struct {
 
 const schemaVersion = 2
 
-func (db *DB) readDescriptor(ctx context.Context, lay layout.Table) (descriptor, objstore.Attrs, error) {
+func (db *DB) readDescriptor(ctx context.Context, lay keyspace.Table) (descriptor, objstore.Attrs, error) {
 	data, attrs, err := objstore.ReadAll(ctx, db.store, lay.Descriptor(), 64<<10)
 	if err != nil {
 		return descriptor{}, objstore.Attrs{}, err
@@ -377,7 +377,7 @@ func (db *DB) readDescriptor(ctx context.Context, lay layout.Table) (descriptor,
 	if err := json.Unmarshal(data, &d); err != nil {
 		return descriptor{}, objstore.Attrs{}, fmt.Errorf("descriptor of %s: %w", lay.Name(), err)
 	}
-	if err := layout.ValidateIncarnation(d.Incarnation); err != nil || d.Name != lay.Name() {
+	if err := keyspace.ValidateIncarnation(d.Incarnation); err != nil || d.Name != lay.Name() {
 		return descriptor{}, objstore.Attrs{}, fmt.Errorf("descriptor of %s names %q/%q", lay.Name(), d.Name, d.Incarnation)
 	}
 	if d.Schema > schemaVersion {
@@ -398,7 +398,7 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 	// objects are older than OrphanGrace: a create that took half of it
 	// between its registry and its descriptor may have lost its registry.
 	if grace := db.cfg.OrphanGrace; grace > 0 && db.rt.Now().Sub(start) > grace/2 {
-		lay, _ := layout.ForTable(name)
+		lay, _ := keyspace.ForTable(name)
 		desc, _, err := db.readDescriptor(ctx, lay)
 		if err != nil {
 			return fmt.Errorf("creating %s: checking a slow create: %w", name, err)
@@ -412,12 +412,12 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 }
 
 func (db *DB) createTable(ctx context.Context, name string) error {
-	lay, err := layout.ForTable(name)
+	lay, err := keyspace.ForTable(name)
 	if err != nil {
 		return err
 	}
 	now := db.rt.Now().UTC()
-	inc, err := lay.Incarnation(layout.NewIncarnationName(now, db.rt.Rand()))
+	inc, err := lay.Incarnation(keyspace.NewIncarnationName(now, db.rt.Rand()))
 	if err != nil {
 		return err
 	}
@@ -501,7 +501,7 @@ func (db *DB) createTable(ctx context.Context, name string) error {
 
 // incarnationDropped reports whether a drop tombstoned the incarnation's
 // registry (a drop that stopped before removing the descriptor).
-func (db *DB) incarnationDropped(ctx context.Context, lay layout.Table, inc string) (bool, error) {
+func (db *DB) incarnationDropped(ctx context.Context, lay keyspace.Table, inc string) (bool, error) {
 	l, err := lay.Incarnation(inc)
 	if err != nil {
 		return false, nil
@@ -524,10 +524,10 @@ func (db *DB) ListTables(ctx context.Context) ([]string, error) {
 			return nil
 		}
 		name := strings.TrimSuffix(e.Key, "/")
-		if layout.ValidateTable(name) != nil {
+		if keyspace.ValidateTable(name) != nil {
 			return nil
 		}
-		lay, _ := layout.ForTable(name)
+		lay, _ := keyspace.ForTable(name)
 		if _, err := db.store.Head(ctx, lay.Descriptor()); err == nil {
 			names = append(names, name)
 		} else if !errors.Is(err, objstore.ErrNotFound) {
@@ -542,7 +542,7 @@ func (db *DB) ListTables(ctx context.Context) ([]string, error) {
 // until the table is dropped (here or by another process, which the
 // handle notices at its next refresh or write) or the DB is closed.
 func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
-	lay, err := layout.ForTable(name)
+	lay, err := keyspace.ForTable(name)
 	if err != nil {
 		return nil, err
 	}
@@ -563,7 +563,7 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 // tableNow returns the handle of the incarnation the descriptor names now,
 // retiring a cached handle of another (dropped and created again
 // elsewhere), and the descriptor's ETag.
-func (db *DB) tableNow(ctx context.Context, lay layout.Table) (*Table, string, error) {
+func (db *DB) tableNow(ctx context.Context, lay keyspace.Table) (*Table, string, error) {
 	name := lay.Name()
 	desc, attrs, err := db.readDescriptor(ctx, lay)
 	if err != nil {
@@ -582,7 +582,7 @@ func (db *DB) tableNow(ctx context.Context, lay layout.Table) (*Table, string, e
 		return nil, "", ErrClosed
 	}
 	if t := db.tables[name]; t != nil && t.retiredErr() == nil {
-		if t.lay.Name() == inc.Name() {
+		if t.keys.Name() == inc.Name() {
 			return t, attrs.ETag, nil
 		}
 		// Dropped and created again elsewhere: this handle is for the
@@ -620,7 +620,7 @@ func (db *DB) forget(t *Table) {
 //     lease another process holds, a late write of a stopped process) is
 //     left under the dead incarnation for CollectDropped.
 func (db *DB) DropTable(ctx context.Context, name string) error {
-	lay, err := layout.ForTable(name)
+	lay, err := keyspace.ForTable(name)
 	if err != nil {
 		return err
 	}
@@ -633,7 +633,7 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	t.retire(fmt.Errorf("%w: %s was dropped", errDropped, name))
 	_ = t.closeWriter(ctx)
 	db.forget(t)
-	if err := tombstone(ctx, db, t.lay); err != nil {
+	if err := tombstone(ctx, db, t.keys); err != nil {
 		return fmt.Errorf("dropping %s: %w", name, err)
 	}
 	if err := db.point(ctx, "drop:fenced"); err != nil {
@@ -643,18 +643,18 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	// may have replaced it since it was read (the incarnation's registry is
 	// a tombstone now, which a create takes for a free name), and that
 	// table stays.
-	err = db.store.DeleteIfMatch(ctx, t.tableLay.Descriptor(), etag)
+	err = db.store.DeleteIfMatch(ctx, t.tableKeys.Descriptor(), etag)
 	if err != nil && !errors.Is(err, objstore.ErrPrecondition) {
 		return err
 	}
-	_, err = deleteIncarnation(ctx, db, t.lay, 0, true)
+	_, err = deleteIncarnation(ctx, db, t.keys, 0, true)
 	return err
 }
 
 // deleteIncarnation deletes the objects of a dead incarnation older than
 // grace (all when grace is 0), keeping the registry and head tombstones
 // when keepTombstones is set. Leased objects are skipped.
-func deleteIncarnation(ctx context.Context, db *DB, inc layout.Inc, grace time.Duration, keepTombstones bool) (int, error) {
+func deleteIncarnation(ctx context.Context, db *DB, inc keyspace.Inc, grace time.Duration, keepTombstones bool) (int, error) {
 	cutoff := db.rt.Now().Add(-grace)
 	var keys []string
 	err := db.store.List(ctx, inc.Root(), objstore.ListOptions{}, func(e objstore.Entry) error {
@@ -700,7 +700,7 @@ func deleteIncarnation(ctx context.Context, db *DB, inc layout.Inc, grace time.D
 func (db *DB) CollectDropped(ctx context.Context, grace time.Duration) (int, error) {
 	var roots []string
 	err := db.store.List(ctx, "", objstore.ListOptions{Delimited: true}, func(e objstore.Entry) error {
-		if name := strings.TrimSuffix(e.Key, "/"); e.IsPrefix && layout.ValidateTable(name) == nil {
+		if name := strings.TrimSuffix(e.Key, "/"); e.IsPrefix && keyspace.ValidateTable(name) == nil {
 			roots = append(roots, name)
 		}
 		return nil
@@ -710,7 +710,7 @@ func (db *DB) CollectDropped(ctx context.Context, grace time.Duration) (int, err
 	}
 	total := 0
 	for _, name := range roots {
-		lay, _ := layout.ForTable(name)
+		lay, _ := keyspace.ForTable(name)
 		current := ""
 		if d, _, err := db.readDescriptor(ctx, lay); err == nil {
 			current = d.Incarnation
@@ -720,7 +720,7 @@ func (db *DB) CollectDropped(ctx context.Context, grace time.Duration) (int, err
 		var incs []string
 		err := db.store.List(ctx, lay.Root(), objstore.ListOptions{Delimited: true}, func(e objstore.Entry) error {
 			inc := strings.TrimSuffix(strings.TrimPrefix(e.Key, lay.Root()), "/")
-			if e.IsPrefix && layout.ValidateIncarnation(inc) == nil && inc != current {
+			if e.IsPrefix && keyspace.ValidateIncarnation(inc) == nil && inc != current {
 				incs = append(incs, inc)
 			}
 			return nil

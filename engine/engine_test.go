@@ -123,8 +123,8 @@ func (e *env) merge() MergeResult {
 // the shards' heads, which live as long as the table).
 func (e *env) walKeys() []string {
 	var keys []string
-	_ = e.store.List(context.Background(), e.tb.lay.WALPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
-		if k, ok := e.tb.lay.ParseWAL(en.Key); ok && (k.Registry || k.IsHead) {
+	_ = e.store.List(context.Background(), e.tb.keys.WALPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
+		if k, ok := e.tb.keys.ParseWAL(en.Key); ok && (k.Registry || k.IsHead) {
 			return nil
 		}
 		keys = append(keys, en.Key)
@@ -270,7 +270,7 @@ func TestPayloadSizeMismatchAndLimit(t *testing.T) {
 	}
 	// Nothing of the refused appends is left behind.
 	var keys []string
-	_ = e.store.List(ctx, e.tb.lay.PayloadsPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
+	_ = e.store.List(ctx, e.tb.keys.PayloadsPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
 		keys = append(keys, en.Key)
 		return nil
 	})
@@ -323,8 +323,8 @@ func TestManyMergesRetentionAndCompaction(t *testing.T) {
 			live[f.Name] = true
 		}
 	}
-	_ = e.store.List(ctx, e.tb.lay.DataPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
-		name, _, _ := e.tb.lay.ParseDataObject(en.Key)
+	_ = e.store.List(ctx, e.tb.keys.DataPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
+		name, _, _ := e.tb.keys.ParseDataObject(en.Key)
 		if !live[name] {
 			t.Errorf("data file %s outlived retention", en.Key)
 		}

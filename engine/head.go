@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/objstore"
 )
@@ -118,7 +118,7 @@ func headFromAttrs(a objstore.Attrs) (head, error) {
 // back as written.
 var ErrCorruptObject = errors.New("corrupt object")
 
-func readHead(ctx context.Context, db *DB, inc layout.Inc, shard string) (head, error) {
+func readHead(ctx context.Context, db *DB, inc keyspace.Inc, shard string) (head, error) {
 	a, err := db.store.Head(ctx, inc.Head(shard))
 	if errors.Is(err, objstore.ErrNotFound) {
 		return head{}, errNoHead
@@ -140,7 +140,7 @@ func readHead(ctx context.Context, db *DB, inc layout.Inc, shard string) (head, 
 // next. errHeadMoved means another writer's swap came first: prev is no
 // longer the head. A swap whose response was lost is recognised on the
 // retry by next's commit id.
-func casHead(ctx context.Context, db *DB, inc layout.Inc, shard string, prev head, next head) (head, error) {
+func casHead(ctx context.Context, db *DB, inc keyspace.Inc, shard string, prev head, next head) (head, error) {
 	next.Commit = db.randomName()[:16]
 	body, _ := json.Marshal(next)
 	opts := objstore.PutOptions{Size: int64(len(body)), Metadata: next.metadata(), ContentType: "application/json"}

@@ -291,7 +291,7 @@ func TestInterleaving08NewOwnerTakesTheNextGeneration(t *testing.T) {
 	if err := <-bLate; err != nil {
 		t.Fatalf("the new owner: %v", err)
 	}
-	h, err := readHead(context.Background(), b.db, b.tb.lay, "s0")
+	h, err := readHead(context.Background(), b.db, b.tb.keys, "s0")
 	if err != nil || h.Gen != 2 || h.Segs != 1 || h.Owner == "" {
 		t.Fatalf("head after the takeover: %+v %v", h, err)
 	}
@@ -401,7 +401,7 @@ func TestMergeNeverSkipsAGeneration(t *testing.T) {
 	walRow(t, e, "g2", 10)
 	walRow(t, e, "g3", 10)
 	ctx := context.Background()
-	if err := store.Delete(ctx, e.tb.lay.Seal("s0", 2)); err != nil {
+	if err := store.Delete(ctx, e.tb.keys.Seal("s0", 2)); err != nil {
 		t.Fatal(err)
 	}
 	e.db.seals.Purge()
@@ -553,7 +553,7 @@ func TestDiscoveryRegistryCASLost(t *testing.T) {
 	}
 	r := newEnv(t, mem, testConfig(""))
 	checkAll(t, r.tb, map[string]int{"a": 100, "b": 100})
-	reg, _, err := readRegistry(context.Background(), r.db, r.tb.lay)
+	reg, _, err := readRegistry(context.Background(), r.db, r.tb.keys)
 	if err != nil || !reg.Shards["s0"].Active || !reg.Shards["s1"].Active {
 		t.Fatalf("registry: %+v %v", reg, err)
 	}
@@ -734,14 +734,14 @@ func TestLateMergerAtACollectedVersion(t *testing.T) {
 		walRow(t, w, id, 1000)
 		m2.merge()
 	}
-	if _, err := mem.Head(ctx, m2.tb.lay.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := mem.Head(ctx, m2.tb.keys.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("version 1 not collected: %v", err)
 	}
 	held.Release()
 	if err := <-m1Done; !errors.Is(err, errCrash) {
 		t.Fatalf("M1's merge: %v, want its crash after the commit", err)
 	}
-	if _, err := mem.Head(ctx, m2.tb.lay.Version(1)); err != nil {
+	if _, err := mem.Head(ctx, m2.tb.keys.Version(1)); err != nil {
 		t.Fatalf("the late merger's commit did not land at the collected key: %v", err)
 	}
 

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -50,7 +50,7 @@ type FileMeta struct {
 func (f FileMeta) covers(id string) bool { return f.Rows > 0 && id >= f.MinID && id <= f.MaxID }
 
 func (t *Table) loadManifest(ctx context.Context, v uint64) (*Manifest, error) {
-	data, _, err := objstore.ReadAll(ctx, t.db.store, t.lay.Version(v), t.db.cfg.MaxManifestBytes)
+	data, _, err := objstore.ReadAll(ctx, t.db.store, t.keys.Version(v), t.db.cfg.MaxManifestBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -83,9 +83,9 @@ func (t *Table) latestVersion(ctx context.Context, known uint64) (uint64, error)
 	knownDone := t.db.rt.NewEvent()
 	t.db.rt.Go(func() {
 		defer knownDone.Fire()
-		_, knownErr = t.db.store.Head(ctx, t.lay.Version(known))
+		_, knownErr = t.db.store.Head(ctx, t.keys.Version(known))
 	})
-	_, nextErr = t.db.store.Head(ctx, t.lay.Version(known+1))
+	_, nextErr = t.db.store.Head(ctx, t.keys.Version(known+1))
 	if _, err := t.db.rt.Wait(context.WithoutCancel(ctx), knownDone); err != nil {
 		return 0, err
 	}
@@ -94,7 +94,7 @@ func (t *Table) latestVersion(ctx context.Context, known uint64) (uint64, error)
 		// Newer versions exist: walk forward a little, then list.
 		v := known + 1
 		for probes := 0; probes < 8; probes++ {
-			_, err := t.db.store.Head(ctx, t.lay.Version(v+1))
+			_, err := t.db.store.Head(ctx, t.keys.Version(v+1))
 			if errors.Is(err, objstore.ErrNotFound) {
 				return v, nil
 			}
@@ -143,8 +143,8 @@ func (t *Table) newestVersion(ctx context.Context, known uint64) (uint64, *regis
 
 func (t *Table) listLatest(ctx context.Context) (uint64, error) {
 	var latest uint64
-	err := t.db.store.List(ctx, t.lay.VersionsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		if v, ok := t.lay.ParseVersion(e.Key); ok && v > latest {
+	err := t.db.store.List(ctx, t.keys.VersionsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		if v, ok := t.keys.ParseVersion(e.Key); ok && v > latest {
 			latest = v
 		}
 		return nil
@@ -156,8 +156,8 @@ func (t *Table) listLatest(ctx context.Context) (uint64, error) {
 func (t *Table) listVersions(ctx context.Context) ([]objstore.Entry, []uint64, error) {
 	var es []objstore.Entry
 	var vs []uint64
-	err := t.db.store.List(ctx, t.lay.VersionsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		if v, ok := t.lay.ParseVersion(e.Key); ok {
+	err := t.db.store.List(ctx, t.keys.VersionsPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		if v, ok := t.keys.ParseVersion(e.Key); ok {
 			es = append(es, e)
 			vs = append(vs, v)
 		}
@@ -173,7 +173,7 @@ func (t *Table) commitManifest(ctx context.Context, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.db.store.Put(ctx, t.lay.Version(m.Version), bytes.NewReader(body),
+	_, err = t.db.store.Put(ctx, t.keys.Version(m.Version), bytes.NewReader(body),
 		objstore.PutOptions{IfNotExists: true, Size: int64(len(body)), ContentType: "application/json",
 			Metadata: map[string]string{"id": m.ID, "parent": m.ParentID}})
 	return err
@@ -198,7 +198,7 @@ func (m *Manifest) clone() *Manifest {
 
 // dataKeys returns the keys of a data file and its index. Names come from
 // manifests and are validated there; a bad one is reported, not panicked on.
-func dataKeys(lay layout.Inc, name string) (data, index string, err error) {
+func dataKeys(lay keyspace.Inc, name string) (data, index string, err error) {
 	if data, err = lay.DataFile(name); err != nil {
 		return "", "", err
 	}

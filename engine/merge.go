@@ -61,7 +61,7 @@ func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		return MergeResult{}, err
 	}
 	defer t.mergeLock.Unlock()
-	o, err := t.db.acquire(ctx, t.lay.MergerLease(), nil)
+	o, err := t.db.acquire(ctx, t.keys.MergerLease(), nil)
 	if errors.Is(err, objstore.ErrLeased) {
 		return MergeResult{}, fmt.Errorf("%w: %s", ErrMergerBusy, t.Name())
 	}
@@ -164,7 +164,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		}
 		// Readers learn of the new base from the registry, before any of
 		// the merged generations is reclaimed.
-		noteBase(ctx, t.db, t.lay, m.Version)
+		noteBase(ctx, t.db, t.keys, m.Version)
 		if err := t.db.point(ctx, "merge:after-commit"); err != nil {
 			return res, err // a crash here leaves merged generations unreclaimed
 		}
@@ -199,7 +199,7 @@ func (t *Table) mergeCandidates(ctx context.Context, reg *registry, m *Manifest)
 	var out [][]candidate
 	var sealedNow []GenRef
 	for _, shard := range sortedKeys(reg.Shards) {
-		h, err := readHead(ctx, t.db, t.lay, shard)
+		h, err := readHead(ctx, t.db, t.keys, shard)
 		if errors.Is(err, errNoHead) {
 			continue
 		}
@@ -251,7 +251,7 @@ func (t *Table) mergeCandidates(ctx context.Context, reg *registry, m *Manifest)
 // a live writer's generation would be safe (its next head swap fails, and
 // it starts a new generation), only wasteful; the lease keeps it rare.
 func (t *Table) sealAbandoned(ctx context.Context, shard string, h head) (head, bool, error) {
-	o, err := t.db.acquire(ctx, t.lay.ShardLease(shard), nil)
+	o, err := t.db.acquire(ctx, t.keys.ShardLease(shard), nil)
 	if errors.Is(err, objstore.ErrLeased) {
 		return h, false, nil // a live owner will seal it
 	}
@@ -259,7 +259,7 @@ func (t *Table) sealAbandoned(ctx context.Context, shard string, h head) (head, 
 		return h, false, err
 	}
 	defer o.release(ctx)
-	hs, err := casHead(ctx, t.db, t.lay, shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
+	hs, err := casHead(ctx, t.db, t.keys, shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
 	if errors.Is(err, errHeadMoved) {
 		return h, false, nil // its writer is alive after all
 	}
@@ -269,7 +269,7 @@ func (t *Table) sealAbandoned(ctx context.Context, shard string, h head) (head, 
 	if _, err := t.sealOf(ctx, shard, hs.Gen, hs.Segs); err != nil {
 		return hs, true, err
 	}
-	if err := setActive(ctx, t.db, t.lay, shard, h.Owner, 0, false, false); err != nil {
+	if err := setActive(ctx, t.db, t.keys, shard, h.Owner, 0, false, false); err != nil {
 		return hs, true, err
 	}
 	return hs, true, nil
@@ -364,7 +364,7 @@ func (t *Table) buildVersion(ctx context.Context, base *baseView, plan []candida
 	wm := map[string]uint64{}
 	for _, c := range plan {
 		for _, s := range c.seal.Segments {
-			inputs = append(inputs, &input{key: t.lay.Segment(c.shard, c.gen, s.Seq), limit: max(s.Size, s.Layout.Size) + 1})
+			inputs = append(inputs, &input{key: t.keys.Segment(c.shard, c.gen, s.Seq), limit: max(s.Size, s.Layout.Size) + 1})
 			st.bytes += s.Size
 		}
 		wm[c.shard] = max(wm[c.shard], c.gen)
@@ -372,7 +372,7 @@ func (t *Table) buildVersion(ctx context.Context, base *baseView, plan []candida
 	nseg := len(inputs)
 	dropped := map[string]bool{}
 	for _, f := range compact {
-		dataKey, _, err := dataKeys(t.lay, f.Name)
+		dataKey, _, err := dataKeys(t.keys, f.Name)
 		if err != nil {
 			return nil, nil, st, err
 		}
@@ -469,7 +469,7 @@ func (t *Table) buildVersion(ctx context.Context, base *baseView, plan []candida
 
 func (t *Table) writeDataFile(ctx context.Context, version uint64, rows []rowfile.Record) (FileMeta, []string, error) {
 	name := fmt.Sprintf("%020d-%s", version, t.db.randomName()[:16])
-	dataKey, idxKey, err := dataKeys(t.lay, name)
+	dataKey, idxKey, err := dataKeys(t.keys, name)
 	if err != nil {
 		return FileMeta{}, nil, err
 	}
@@ -540,7 +540,7 @@ func (t *Table) reclaim(ctx context.Context) ([]GenRef, error) {
 	for _, shard := range sortedKeys(m.Watermarks) {
 		var gens []uint64
 		for g := m.Watermarks[shard]; g > 0; g-- {
-			_, err := t.db.store.Head(ctx, t.lay.Seal(shard, g))
+			_, err := t.db.store.Head(ctx, t.keys.Seal(shard, g))
 			if errors.Is(err, objstore.ErrNotFound) {
 				break
 			}
@@ -558,13 +558,13 @@ func (t *Table) reclaim(ctx context.Context) ([]GenRef, error) {
 			if err != nil {
 				return out, err
 			}
-			if err := t.db.store.DeleteMany(ctx, segmentKeys(t.lay, shard, g, uint64(len(rec.Segments)))); err != nil {
+			if err := t.db.store.DeleteMany(ctx, segmentKeys(t.keys, shard, g, uint64(len(rec.Segments)))); err != nil {
 				return out, err
 			}
 			if err := t.db.point(ctx, "merge:mid-reclaim"); err != nil {
 				return out, err
 			}
-			key := t.lay.Seal(shard, g)
+			key := t.keys.Seal(shard, g)
 			if err := t.db.store.Delete(ctx, key); err != nil {
 				return out, err
 			}
@@ -591,7 +591,7 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 		// listed beside the RetainVersions the floor was raised for.)
 		return 0, 0, nil
 	}
-	reg, _, err := readRegistry(ctx, t.db, t.lay)
+	reg, _, err := readRegistry(ctx, t.db, t.keys)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -610,7 +610,7 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 	// Recorded before the first delete: from then on every reader takes a
 	// version below the floor for collected, whatever is at its key.
 	newest := vs[len(vs)-1]
-	reg, err = updateRegistry(ctx, t.db, t.lay, func(r *registry) bool {
+	reg, err = updateRegistry(ctx, t.db, t.keys, func(r *registry) bool {
 		if r.Floor >= floor && r.Base >= newest {
 			return false
 		}
@@ -647,7 +647,7 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 		if err := t.db.point(ctx, "collect:before-delete"); err != nil {
 			return versions, files, err
 		}
-		if err := t.db.store.Delete(ctx, t.lay.Version(v)); err != nil {
+		if err := t.db.store.Delete(ctx, t.keys.Version(v)); err != nil {
 			return versions, files, err
 		}
 		t.pinned.Remove(v)
@@ -659,7 +659,7 @@ func (t *Table) collectVersions(ctx context.Context) (versions, files int, err e
 		for _, f := range m.Files {
 			if !live[f.Name] && !queued[f.Name] {
 				queued[f.Name] = true
-				dk, ik, err := dataKeys(t.lay, f.Name)
+				dk, ik, err := dataKeys(t.keys, f.Name)
 				if err != nil {
 					continue
 				}

@@ -97,8 +97,8 @@ func testMergeCrashPointsConverge(t *testing.T, sc storeCase) {
 			for _, f := range m.Files {
 				live[f.Name] = true
 			}
-			_ = store.List(context.Background(), next.tb.lay.DataPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
-				if name, _, _ := next.tb.lay.ParseDataObject(en.Key); !live[name] {
+			_ = store.List(context.Background(), next.tb.keys.DataPrefix(), objstore.ListOptions{}, func(en objstore.Entry) error {
+				if name, _, _ := next.tb.keys.ParseDataObject(en.Key); !live[name] {
 					t.Errorf("orphan data file %s survived the sweep", en.Key)
 				}
 				return nil

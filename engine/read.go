@@ -186,9 +186,9 @@ func (t *Table) pinnedSnapshot(ctx context.Context, v uint64) (*snapshot, error)
 	if perr := sched.Parallel(ctx, t.db.rt, 3, 3, func(ctx context.Context, i int) error {
 		switch i {
 		case 0:
-			cur, err = t.db.store.Head(ctx, t.lay.Version(v))
+			cur, err = t.db.store.Head(ctx, t.keys.Version(v))
 		case 1:
-			next, nextErr = t.db.store.Head(ctx, t.lay.Version(v+1))
+			next, nextErr = t.db.store.Head(ctx, t.keys.Version(v+1))
 		default:
 			incErr = t.checkIncarnation(ctx)
 		}

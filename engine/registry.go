@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -71,14 +71,14 @@ func encodeRegistry(r *registry) []byte {
 	return b
 }
 
-func createRegistry(ctx context.Context, db *DB, inc layout.Inc) error {
+func createRegistry(ctx context.Context, db *DB, inc keyspace.Inc) error {
 	body := encodeRegistry(&registry{Version: 1})
 	_, err := db.store.Put(ctx, inc.Registry(), bytes.NewReader(body),
 		objstore.PutOptions{IfNotExists: true, Size: int64(len(body)), ContentType: "application/json"})
 	return err
 }
 
-func readRegistry(ctx context.Context, db *DB, inc layout.Inc) (*registry, objstore.Attrs, error) {
+func readRegistry(ctx context.Context, db *DB, inc keyspace.Inc) (*registry, objstore.Attrs, error) {
 	data, attrs, err := objstore.ReadAll(ctx, db.store, inc.Registry(), db.cfg.MaxManifestBytes)
 	if err != nil {
 		return nil, attrs, err
@@ -97,7 +97,7 @@ func readRegistry(ctx context.Context, db *DB, inc layout.Inc) (*registry, objst
 // liveRegistry reads the registry of an incarnation that was not dropped:
 // a missing registry or a drop's tombstone is errDropped.
 func (t *Table) liveRegistry(ctx context.Context) (*registry, error) {
-	r, _, err := readRegistry(ctx, t.db, t.lay)
+	r, _, err := readRegistry(ctx, t.db, t.keys)
 	if errors.Is(err, objstore.ErrNotFound) || err == nil && r.Dropped {
 		return nil, t.noteGone(fmt.Errorf("%w: %s", errDropped, t.Name()))
 	}
@@ -107,7 +107,7 @@ func (t *Table) liveRegistry(ctx context.Context) (*registry, error) {
 // updateRegistry applies fn to the registry by compare-and-swap until it
 // lands or fn reports no change. fn must be idempotent: after a lost
 // response it is applied to the registry as that write left it.
-func updateRegistry(ctx context.Context, db *DB, inc layout.Inc, fn func(r *registry) bool) (*registry, error) {
+func updateRegistry(ctx context.Context, db *DB, inc keyspace.Inc, fn func(r *registry) bool) (*registry, error) {
 	for attempt := 0; ; attempt++ {
 		r, _, err := readRegistry(ctx, db, inc)
 		if errors.Is(err, objstore.ErrNotFound) {
@@ -156,7 +156,7 @@ func updateRegistry(ctx context.Context, db *DB, inc layout.Inc, fn func(r *regi
 // belongs to a writer that took the shard after this one (this writer is
 // being fenced and will commit nothing), so it stays: removing it could
 // make the shard look idle while its owner commits.
-func setActive(ctx context.Context, db *DB, inc layout.Inc, shard, writer string, gen uint64, active, only bool) error {
+func setActive(ctx context.Context, db *DB, inc keyspace.Inc, shard, writer string, gen uint64, active, only bool) error {
 	_, err := updateRegistry(ctx, db, inc, func(r *registry) bool {
 		e := r.Shards[shard]
 		var ws []regEntry
@@ -182,7 +182,7 @@ func setActive(ctx context.Context, db *DB, inc layout.Inc, shard, writer string
 // noteBase records v as the newest base version in the registry, so that
 // readers learn of it without probing. Best effort: a missed hint costs
 // readers a probe, never correctness.
-func noteBase(ctx context.Context, db *DB, inc layout.Inc, v uint64) {
+func noteBase(ctx context.Context, db *DB, inc keyspace.Inc, v uint64) {
 	_, err := updateRegistry(ctx, db, inc, func(r *registry) bool {
 		if r.Base >= v {
 			return false
@@ -198,7 +198,7 @@ func noteBase(ctx context.Context, db *DB, inc layout.Inc, v uint64) {
 // tombstone replaces the registry and every registered shard's head by a
 // drop's tombstone. A writer registering meanwhile makes the registry swap
 // fail and is seen on the retry, so no shard escapes.
-func tombstone(ctx context.Context, db *DB, inc layout.Inc) error {
+func tombstone(ctx context.Context, db *DB, inc keyspace.Inc) error {
 	var shards []string
 	for attempt := 0; ; attempt++ {
 		r, attrs, err := readRegistry(ctx, db, inc)
@@ -228,7 +228,7 @@ func tombstone(ctx context.Context, db *DB, inc layout.Inc) error {
 	}
 }
 
-func tombstoneHeads(ctx context.Context, db *DB, inc layout.Inc, shards []string) error {
+func tombstoneHeads(ctx context.Context, db *DB, inc keyspace.Inc, shards []string) error {
 	for _, s := range shards {
 		body := []byte(`{"dropped":true}`)
 		_, err := db.store.Put(ctx, inc.Head(s), bytes.NewReader(body), objstore.PutOptions{

@@ -82,11 +82,11 @@ func TestReviewFencedOwnerDeregistersItsSuccessor(t *testing.T) {
 	if err := appendID(c.tb, "c2"); err != nil {
 		t.Fatalf("C's append: %v", err)
 	}
-	reg, _, err := readRegistry(ctx, r.db, r.tb.lay)
+	reg, _, err := readRegistry(ctx, r.db, r.tb.keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := readHead(ctx, r.db, r.tb.lay, "s0")
+	h, _ := readHead(ctx, r.db, r.tb.keys, "s0")
 	if _, err := readPayload(r.tb, "c2"); err != nil {
 		t.Errorf("read after c2 was acknowledged: %v (registry s0=%+v, head owner %s gen %d segs %d)",
 			err, reg.Shards["s0"], h.Owner, h.Gen, h.Segs)

@@ -124,7 +124,7 @@ func TestReviewHeadLayoutBoundary(t *testing.T) {
 			if _, err := w.tb.AppendBatch(context.Background(), items); err != nil {
 				t.Fatal(err)
 			}
-			a, err := store.Head(context.Background(), w.tb.lay.Head("s0"))
+			a, err := store.Head(context.Background(), w.tb.keys.Head("s0"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -177,7 +177,7 @@ func TestReview15LostCommitKeepsItsFiles(t *testing.T) {
 				t.Errorf("M2's merge: %v", err)
 			}
 		}
-		if _, err := mem.Head(ctx, m1.tb.lay.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := mem.Head(ctx, m1.tb.keys.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
 			t.Errorf("version 1 not collected: %v", err)
 		}
 		return errOvertaken // the resend's 409, and its HEAD found nothing
@@ -312,7 +312,7 @@ func TestReview15PinnedReadAcrossCompactionAndCollection(t *testing.T) {
 	if compacted == 0 {
 		t.Fatal("no compaction happened")
 	}
-	if _, err := mem.Head(ctx, w.tb.lay.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := mem.Head(ctx, w.tb.keys.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("version 1 still retained: %v", err)
 	}
 	gate.Release()
@@ -425,7 +425,7 @@ func TestReview15FencedOwnersLateRegistryUpdateLostAnswer(t *testing.T) {
 		clk.Advance(time.Duration(i+1) * 2 * time.Second)
 		r.mustRead(id, 100)
 	}
-	reg, _, err := readRegistry(ctx, r.db, r.tb.lay)
+	reg, _, err := readRegistry(ctx, r.db, r.tb.keys)
 	if err != nil || !reg.Shards["s0"].Active {
 		t.Fatalf("s0 while C owns it: %+v %v", reg.Shards["s0"], err)
 	}
@@ -458,7 +458,7 @@ func TestReview15IdleReRegisterAgainstAStalledRefresh(t *testing.T) {
 	if err := w2.db.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	reg, _, err := readRegistry(ctx, r.db, r.tb.lay)
+	reg, _, err := readRegistry(ctx, r.db, r.tb.keys)
 	if err != nil || reg.Shards["s0"].Active {
 		t.Fatalf("s0 after both writers left: %+v %v", reg.Shards["s0"], err)
 	}

@@ -54,12 +54,12 @@ func TestReview15bPinnedNewestRacesCommitFreshReader(t *testing.T) {
 	f := faulty.New(mem)
 	t.Cleanup(f.Reset)
 	r := newEnv(t, f, testConfig(""))
-	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.lay.Version(3)))
+	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
 	done := await(func() error { _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 2}); return err })
 	mustWait(t, held)
 	walRow(t, w, "z", 1000)
 	w.merge()
-	if _, err := mem.Head(ctx, w.tb.lay.Version(2)); err != nil {
+	if _, err := mem.Head(ctx, w.tb.keys.Version(2)); err != nil {
 		t.Fatalf("version 2 should be retained: %v", err)
 	}
 	held.Release()
@@ -96,7 +96,7 @@ func TestReview15bPinnedNewestRacesOwnMerge(t *testing.T) {
 	if v := r.tb.snap.Load().version(); v != 2 {
 		t.Fatalf("r's view is version %d, want 2", v)
 	}
-	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.lay.Version(3)))
+	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
 	done := await(func() error { _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 2}); return err })
 	mustWait(t, held)
 	walRow(t, w, "z", 1000)
@@ -106,7 +106,7 @@ func TestReview15bPinnedNewestRacesOwnMerge(t *testing.T) {
 	if v := r.tb.snap.Load().version(); v != 3 {
 		t.Fatalf("r's view is version %d after its merge, want 3", v)
 	}
-	if _, err := mem.Head(ctx, w.tb.lay.Version(2)); err != nil {
+	if _, err := mem.Head(ctx, w.tb.keys.Version(2)); err != nil {
 		t.Fatalf("version 2 should be retained: %v", err)
 	}
 	held.Release()
@@ -150,13 +150,13 @@ func lateMergerAtCollected(t *testing.T, mem *memory.Bucket, cfg Config, advance
 		m2.merge()
 	}
 	for _, v := range []uint64{1, 2} {
-		if _, err := mem.Head(context.Background(), m2.tb.lay.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := mem.Head(context.Background(), m2.tb.keys.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
 			t.Fatalf("version %d not collected: %v", v, err)
 		}
 	}
 	held.Release()
 	err := <-m1Done
-	if _, herr := mem.Head(context.Background(), m2.tb.lay.Version(1)); errors.Is(herr, objstore.ErrNotFound) && err == nil {
+	if _, herr := mem.Head(context.Background(), m2.tb.keys.Version(1)); errors.Is(herr, objstore.ErrNotFound) && err == nil {
 		return errLateCollected
 	} else if herr != nil {
 		t.Fatalf("M1's late commit is not at version 1's key (M1: %v): %v", err, herr)
@@ -371,7 +371,7 @@ func TestReview15bPinnedAfterOldReleaseCommit(t *testing.T) {
 	m.ID, m.ParentID = "", ""
 	body, _ := json.Marshal(m)
 	body = bytes.ReplaceAll(body, []byte(`"id":"","parent_id":"",`), nil)
-	if _, err := mem.Put(ctx, w.tb.lay.Version(2), bytes.NewReader(body), objstore.PutOptions{ContentType: "application/json"}); err != nil {
+	if _, err := mem.Put(ctx, w.tb.keys.Version(2), bytes.NewReader(body), objstore.PutOptions{ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}
 	r := newEnv(t, mem, testConfig(""))
@@ -393,7 +393,7 @@ func TestReview15bPinnedNextHeadFails(t *testing.T) {
 	t.Cleanup(f.Reset)
 	r := newEnv(t, f, testConfig(""))
 	errBusy := errors.New("throttled")
-	f.Fail(faulty.OpHead, faulty.Key(r.tb.lay.Version(2)), errBusy)
+	f.Fail(faulty.OpHead, faulty.Key(r.tb.keys.Version(2)), errBusy)
 	_, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1})
 	if errors.Is(err, ErrVersionGone) {
 		t.Fatalf("transient HEAD failure of version 2 answered as gone: %v", err)

@@ -60,7 +60,7 @@ func lateWithGap(t *testing.T, mem *memory.Bucket, between func(w *env)) {
 		}
 	}
 	for _, v := range []uint64{1, 2, 3} {
-		if _, err := mem.Head(ctx, m2.tb.lay.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := mem.Head(ctx, m2.tb.keys.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
 			t.Fatalf("version %d not collected: %v", v, err)
 		}
 	}
@@ -68,10 +68,10 @@ func lateWithGap(t *testing.T, mem *memory.Bucket, between func(w *env)) {
 	if err := <-m1Done; !errors.Is(err, errCrash) {
 		t.Fatalf("M1: %v, want its crash after the commit", err)
 	}
-	if _, err := mem.Head(ctx, m2.tb.lay.Version(2)); err != nil {
+	if _, err := mem.Head(ctx, m2.tb.keys.Version(2)); err != nil {
 		t.Fatalf("M1's late object is not at version 2's key: %v", err)
 	}
-	reg, _, err := readRegistry(ctx, m2.db, m2.tb.lay)
+	reg, _, err := readRegistry(ctx, m2.db, m2.tb.keys)
 	if err != nil || reg.Floor != 4 || reg.Base != 5 {
 		t.Fatalf("registry after M2's retention: %+v %v, want floor 4, base 5", reg, err)
 	}
@@ -107,7 +107,7 @@ func TestReview15cRefreshProbeAdoptsLateObject(t *testing.T) {
 		if r.tb.snap.Load() != nil {
 			t.Fatal("R has a view already")
 		}
-		gate = fr.Pause(faulty.OpHead, faulty.Before, faulty.Key(r.tb.lay.Version(2)))
+		gate = fr.Pause(faulty.OpHead, faulty.Before, faulty.Key(r.tb.keys.Version(2)))
 		done = await(func() error { var err error; st, err = r.tb.Status(ctx); return err })
 		mustWait(t, gate)
 	})
@@ -150,8 +150,8 @@ func TestReview15cRefreshProbeWithViewAdoptsLateObject(t *testing.T) {
 		if v := r.tb.snap.Load().version(); v != 1 {
 			t.Fatalf("R's view: %d, want 1", v)
 		}
-		regHead := fr.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.lay.Registry()))
-		gate = fr.Pause(faulty.OpHead, faulty.Before, faulty.Key(r.tb.lay.Version(2)))
+		regHead := fr.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Registry()))
+		gate = fr.Pause(faulty.OpHead, faulty.Before, faulty.Key(r.tb.keys.Version(2)))
 		done = await(func() error { var err error; st, err = r.tb.Status(ctx); return err })
 		mustWait(t, regHead) // the registry's HEAD was answered (unchanged)
 		regHead.Release()
@@ -255,7 +255,7 @@ func TestReview15cStaleCollectorDeletesRetainedFilesViaLateObject(t *testing.T) 
 	t.Cleanup(fa.Reset)
 	a := newEnv(t, fa, coll)
 	b := newEnv(t, mem, coll)
-	aHeld := fa.Pause(faulty.OpPut, faulty.Before, faulty.Key(a.tb.lay.Registry()))
+	aHeld := fa.Pause(faulty.OpPut, faulty.Before, faulty.Key(a.tb.keys.Registry()))
 	type out struct {
 		v, f int
 		err  error
@@ -270,7 +270,7 @@ func TestReview15cStaleCollectorDeletesRetainedFilesViaLateObject(t *testing.T) 
 		t.Fatalf("collector B: %v", err)
 	}
 	for v := uint64(1); v <= 4; v++ {
-		if _, err := mem.Head(ctx, w.tb.lay.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := mem.Head(ctx, w.tb.keys.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
 			t.Fatalf("version %d not collected by B: %v", v, err)
 		}
 	}
@@ -278,7 +278,7 @@ func TestReview15cStaleCollectorDeletesRetainedFilesViaLateObject(t *testing.T) 
 	if err := <-m1Done; !errors.Is(err, errCrash) {
 		t.Fatalf("M1: %v, want its crash after the commit", err)
 	}
-	if _, err := mem.Head(ctx, w.tb.lay.Version(2)); err != nil {
+	if _, err := mem.Head(ctx, w.tb.keys.Version(2)); err != nil {
 		t.Fatalf("M1's late object not at key 2: %v", err)
 	}
 	aHeld.Release()
@@ -323,7 +323,7 @@ func TestReview15cMergePlansFromLateObject(t *testing.T) {
 	lateWithGap(t, mem, func(w *env) {
 		walRow(t, w, "z", 1000)
 		m3 = newEnv(t, f3, mcfg)
-		gate = f3.Pause(faulty.OpHead, faulty.Before, faulty.Key(m3.tb.lay.Version(2)))
+		gate = f3.Pause(faulty.OpHead, faulty.Before, faulty.Key(m3.tb.keys.Version(2)))
 		done = await(func() error { var err error; res, err = m3.tb.Merge(ctx, MergeOptions{}); return err })
 		mustWait(t, gate)
 	})
@@ -357,7 +357,7 @@ func TestReview15cPinnedFutureVersionRacesCommit(t *testing.T) {
 	if _, err := r.tb.Get(ctx, "y", ReadOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.lay.Version(3)))
+	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
 	done := await(func() error { _, err := r.tb.Get(ctx, "z", ReadOptions{Version: 3}); return err })
 	mustWait(t, held)
 	walRow(t, w, "z", 1000)
@@ -390,7 +390,7 @@ func TestReview15cFloorCASLostAnswerAndCrashBeforeDelete(t *testing.T) {
 	t.Cleanup(f.Reset)
 	c := newEnv(t, f, testConfig(""))
 	errLost := errors.New("connection reset (answer lost)")
-	lost := f.LoseResponse(faulty.OpPut, faulty.Key(c.tb.lay.Registry()), errLost)
+	lost := f.LoseResponse(faulty.OpPut, faulty.Key(c.tb.keys.Registry()), errLost)
 	errCrash := errors.New("collector crashes")
 	c.hooks.Do("collect:before-delete", func(context.Context) error { return errCrash })
 	if _, _, err := c.tb.collectVersions(ctx); !errors.Is(err, errCrash) {
@@ -399,7 +399,7 @@ func TestReview15cFloorCASLostAnswerAndCrashBeforeDelete(t *testing.T) {
 	if lost.Fired() != 1 {
 		t.Fatal("the rule did not fire")
 	}
-	reg, _, _ := readRegistry(ctx, m.db, c.tb.lay)
+	reg, _, _ := readRegistry(ctx, m.db, c.tb.keys)
 	if reg.Floor != 2 || reg.Base != 3 {
 		t.Fatalf("registry: floor %d base %d, want 2, 3", reg.Floor, reg.Base)
 	}
@@ -414,7 +414,7 @@ func TestReview15cFloorCASLostAnswerAndCrashBeforeDelete(t *testing.T) {
 		t.Errorf("version 1 (below the floor, not yet deleted): %v", err)
 	}
 	w.merge() // version 4: its retention collects 1 and 2
-	reg, _, _ = readRegistry(ctx, m.db, c.tb.lay)
+	reg, _, _ = readRegistry(ctx, m.db, c.tb.keys)
 	if reg.Floor != 3 || reg.Base != 4 {
 		t.Errorf("registry after the next merge: floor %d base %d, want 3, 4", reg.Floor, reg.Base)
 	}

@@ -10,7 +10,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
@@ -92,7 +92,7 @@ func (t *Table) writeSeal(ctx context.Context, shard string, gen uint64, segs []
 	if err != nil {
 		return nil, err
 	}
-	key := t.lay.Seal(shard, gen)
+	key := t.keys.Seal(shard, gen)
 	for attempt := 0; ; attempt++ {
 		_, err = t.db.store.Put(ctx, key, bytes.NewReader(body),
 			objstore.PutOptions{IfNotExists: true, Size: int64(len(body)), ContentType: "application/json"})
@@ -120,7 +120,7 @@ func (t *Table) writeSeal(ctx context.Context, shard string, gen uint64, segs []
 }
 
 func (t *Table) loadSeal(ctx context.Context, shard string, gen uint64) (*sealRecord, error) {
-	key := t.lay.Seal(shard, gen)
+	key := t.keys.Seal(shard, gen)
 	return t.db.seals.GetOrLoad(ctx, key, func(ctx context.Context) (*sealRecord, int64, error) {
 		data, _, err := objstore.ReadAll(ctx, t.db.store, key, t.db.cfg.MaxManifestBytes)
 		if err != nil {
@@ -166,7 +166,7 @@ func (t *Table) segmentLayouts(ctx context.Context, shard string, gen, from, to 
 	out := make([]sealedSegment, to-from+1)
 	err := sched.Parallel(ctx, t.db.rt, len(out), 32, func(ctx context.Context, i int) error {
 		seq := from + uint64(i)
-		lay, err := t.segmentLayout(ctx, t.lay.Segment(shard, gen, seq))
+		lay, err := t.segmentLayout(ctx, t.keys.Segment(shard, gen, seq))
 		if err != nil {
 			return err
 		}
@@ -239,7 +239,7 @@ func readErr(key string, err error) error {
 }
 
 // segmentKeys lists every segment key of a generation sealed at n segments.
-func segmentKeys(lay layout.Inc, shard string, gen, n uint64) []string {
+func segmentKeys(lay keyspace.Inc, shard string, gen, n uint64) []string {
 	keys := make([]string, 0, n)
 	for seq := uint64(1); seq <= n; seq++ {
 		keys = append(keys, lay.Segment(shard, gen, seq))

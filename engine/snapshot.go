@@ -177,7 +177,7 @@ func (t *Table) loadBase(ctx context.Context, v uint64) (*baseView, error) {
 	b := &baseView{m: m, files: make([]baseFile, len(m.Files)), size: 512}
 	err = sched.Parallel(ctx, t.db.rt, len(m.Files), 16, func(ctx context.Context, i int) error {
 		f := m.Files[i]
-		dataKey, idxKey, err := dataKeys(t.lay, f.Name)
+		dataKey, idxKey, err := dataKeys(t.keys, f.Name)
 		if err != nil {
 			return fmt.Errorf("%w: base version %d: %w", ErrCorruptObject, v, err)
 		}
@@ -244,7 +244,7 @@ func (t *Table) refreshSnapshot(ctx context.Context, flight uint64, probeBase bo
 	}
 	// Files vanishing attempt after attempt may be a drop deleting the
 	// incarnation: then that is the answer.
-	if reg, _, err := readRegistry(ctx, t.db, t.lay); errors.Is(err, objstore.ErrNotFound) || (err == nil && reg.Dropped) {
+	if reg, _, err := readRegistry(ctx, t.db, t.keys); errors.Is(err, objstore.ErrNotFound) || (err == nil && reg.Dropped) {
 		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
 	}
 	return nil, t.missing(ctx, fmt.Errorf("%w: refreshing %s after %d attempts: %w", ErrMissingFile, t.Name(), maxRefreshAttempts, errors.Join(causes...)))
@@ -292,9 +292,9 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	err := sched.Parallel(ctx, db.rt, n, 64, func(ctx context.Context, i int) error {
 		switch {
 		case i == 0:
-			regAttrs, regErr = db.store.Head(ctx, t.lay.Registry())
+			regAttrs, regErr = db.store.Head(ctx, t.keys.Registry())
 		case i <= len(early):
-			heads[i-1].h, heads[i-1].err = readHead(ctx, db, t.lay, early[i-1])
+			heads[i-1].h, heads[i-1].err = readHead(ctx, db, t.keys, early[i-1])
 		default:
 			probed, probeErr = t.latestVersion(ctx, known)
 		}
@@ -321,7 +321,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	// below it is a late merger's object at a collected key.
 	found := doProbe && !probeLate && probed != known
 	if reg == nil || regAttrs.ETag != reg.etag || found {
-		r, _, err := readRegistry(ctx, db, t.lay)
+		r, _, err := readRegistry(ctx, db, t.keys)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
 		}
@@ -360,7 +360,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	}
 	lateHeads := make([]headResult, len(late))
 	if err := sched.Parallel(ctx, db.rt, len(late), 64, func(ctx context.Context, i int) error {
-		lateHeads[i].h, lateHeads[i].err = readHead(ctx, db, t.lay, late[i])
+		lateHeads[i].h, lateHeads[i].err = readHead(ctx, db, t.keys, late[i])
 		return nil
 	}); err != nil {
 		return nil, err
@@ -494,7 +494,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 				if lay := h.countedLayout(); lay != nil {
 					// The segment the head counts last, as its writer
 					// encoded it: fetching it below finds it here.
-					db.layouts.Add(t.lay.Segment(name, gen, h.Segs), lay, lay.MemSize())
+					db.layouts.Add(t.keys.Segment(name, gen, h.Segs), lay, lay.MemSize())
 				}
 				fetches = append(fetches, func(ctx context.Context) error {
 					ss, err := t.segmentLayouts(ctx, name, gen, from, to)
@@ -530,7 +530,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 func segViews(t *Table, shard string, gen uint64, ss []sealedSegment) []segView {
 	out := make([]segView, len(ss))
 	for i, s := range ss {
-		out[i] = segView{seq: s.Seq, key: t.lay.Segment(shard, gen, s.Seq), layout: s.Layout}
+		out[i] = segView{seq: s.Seq, key: t.keys.Segment(shard, gen, s.Seq), layout: s.Layout}
 	}
 	return out
 }

@@ -39,7 +39,7 @@ func (t *Table) Sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 	// The merger lease keeps merges of other processes out while the sweep
 	// decides what is unreferenced: a merge commits references to files
 	// and payloads this sweep would otherwise see as orphans.
-	o, err := t.db.acquire(ctx, t.lay.MergerLease(), nil)
+	o, err := t.db.acquire(ctx, t.keys.MergerLease(), nil)
 	if errors.Is(err, objstore.ErrLeased) {
 		return SweepResult{}, fmt.Errorf("%w: %s", ErrMergerBusy, t.Name())
 	}
@@ -66,7 +66,7 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 	// The heads first, then the versions: a generation merged and
 	// reclaimed in between is in a version read below, so none of its
 	// payloads looks unreferenced.
-	reg, _, err := readRegistry(ctx, t.db, t.lay)
+	reg, _, err := readRegistry(ctx, t.db, t.keys)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return res, errDropped
 	}
@@ -78,7 +78,7 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 	}
 	heads := map[string]head{}
 	for _, shard := range sortedKeys(reg.Shards) {
-		h, err := readHead(ctx, t.db, t.lay, shard)
+		h, err := readHead(ctx, t.db, t.keys, shard)
 		if errors.Is(err, errNoHead) {
 			continue
 		}
@@ -114,7 +114,7 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 				}
 			}
 			for seq := uint64(1); seq <= n; seq++ {
-				key := t.lay.Segment(shard, g, seq)
+				key := t.keys.Segment(shard, g, seq)
 				members[key] = true
 				lay, err := t.segmentLayout(ctx, key)
 				if errors.Is(err, objstore.ErrNotFound) {
@@ -134,8 +134,8 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 	// Segments of open generations that no head counts yet may be a
 	// commit in flight (written, the head swap pending): they are kept, and
 	// so are their payloads.
-	err = t.db.store.List(ctx, t.lay.WALPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
-		k, ok := t.lay.ParseWAL(e.Key)
+	err = t.db.store.List(ctx, t.keys.WALPrefix(), objstore.ListOptions{}, func(e objstore.Entry) error {
+		k, ok := t.keys.ParseWAL(e.Key)
 		if !ok || k.Registry || k.IsHead || k.IsSeal || k.IsOther || members[e.Key] {
 			return nil
 		}
@@ -187,20 +187,20 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 		}
 	}
 	var doomed []string
-	err = t.db.store.List(ctx, t.tableLay.Root(), objstore.ListOptions{}, func(e objstore.Entry) error {
+	err = t.db.store.List(ctx, t.tableKeys.Root(), objstore.ListOptions{}, func(e objstore.Entry) error {
 		if !old(e) {
 			return nil
 		}
-		inc, ok := t.tableLay.ParseIncarnation(e.Key)
+		inc, ok := t.tableKeys.ParseIncarnation(e.Key)
 		if !ok {
 			return nil // the descriptor, or a stray outside any incarnation
 		}
-		if inc != t.lay.Name() {
+		if inc != t.keys.Name() {
 			doomed = append(doomed, e.Key)
 			res.Incarnations++
 			return nil
 		}
-		if name, _, ok := t.lay.ParseDataObject(e.Key); ok {
+		if name, _, ok := t.keys.ParseDataObject(e.Key); ok {
 			// A file named for a version not yet committed may belong to a
 			// merge in progress.
 			if !liveFiles[name] && fileVersion(name) <= latest {
@@ -209,14 +209,14 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 			}
 			return nil
 		}
-		if t.lay.IsPayload(e.Key) {
+		if t.keys.IsPayload(e.Key) {
 			if !refs[e.Key] {
 				doomed = append(doomed, e.Key)
 				res.Payloads++
 			}
 			return nil
 		}
-		if k, ok := t.lay.ParseWAL(e.Key); ok && !k.Registry && !k.IsHead && !k.IsOther {
+		if k, ok := t.keys.ParseWAL(e.Key); ok && !k.Registry && !k.IsHead && !k.IsOther {
 			h, known := heads[k.Shard]
 			stale := k.Gen <= base.watermark(k.Shard) // merged: reclaim leftovers
 			if k.IsSeal {

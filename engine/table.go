@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rollstore/rollstore/cache"
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
@@ -16,10 +16,10 @@ import (
 // Table is a handle on one incarnation of a table, shared by every request
 // of a process.
 type Table struct {
-	db       *DB
-	tableLay layout.Table
-	lay      layout.Inc
-	descETag string
+	db        *DB
+	tableKeys keyspace.Table
+	keys      keyspace.Inc
+	descETag  string
 
 	// snap is the resident snapshot: the newest view this process knows.
 	// Reads are served from it without I/O beyond the row itself.
@@ -41,9 +41,9 @@ type Table struct {
 	mergeLock *sched.Lock
 }
 
-func newTable(db *DB, inc layout.Inc, descETag string) *Table {
-	lay, _ := layout.ForTable(inc.Table())
-	t := &Table{db: db, tableLay: lay, lay: inc, descETag: descETag,
+func newTable(db *DB, inc keyspace.Inc, descETag string) *Table {
+	lay, _ := keyspace.ForTable(inc.Table())
+	t := &Table{db: db, tableKeys: lay, keys: inc, descETag: descETag,
 		pinned:    cache.New(4<<20, cache.WithRuntime[uint64, *snapshot](db.rt)),
 		wlock:     sched.NewLock(db.rt),
 		mergeLock: sched.NewLock(db.rt)}
@@ -52,10 +52,10 @@ func newTable(db *DB, inc layout.Inc, descETag string) *Table {
 }
 
 // Name returns the table name.
-func (t *Table) Name() string { return t.lay.Table() }
+func (t *Table) Name() string { return t.keys.Table() }
 
 // Incarnation names this incarnation of the table.
-func (t *Table) Incarnation() string { return t.lay.Name() }
+func (t *Table) Incarnation() string { return t.keys.Name() }
 
 func (t *Table) retiredErr() error {
 	if p := t.retired.Load(); p != nil {
@@ -96,7 +96,7 @@ func (t *Table) successor(ctx context.Context, err error) (*Table, error) {
 	switch {
 	case oerr != nil && !errors.Is(oerr, ErrTableNotFound):
 		return nil, oerr
-	case oerr != nil || nt.lay.Name() == t.lay.Name():
+	case oerr != nil || nt.keys.Name() == t.keys.Name():
 		// Not created again (yet): the same, dropped, incarnation.
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (t *Table) missing(ctx context.Context, err error) error {
 // checkIncarnation is checkDescriptor for a caller that must not go on
 // without an answer: a failed check is returned as it is.
 func (t *Table) checkIncarnation(ctx context.Context) error {
-	a, err := t.db.store.Head(ctx, t.tableLay.Descriptor())
+	a, err := t.db.store.Head(ctx, t.tableKeys.Descriptor())
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("%w: %s was dropped", errDropped, t.Name())

@@ -109,7 +109,7 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 	w := &shardWriter{t: t, shard: t.db.cfg.Shard, id: t.db.randomName()[:12],
 		inflight: map[string]*appendReq{}, recent: map[string]*Record{},
 		wake: rt.NewEvent(), done: rt.NewEvent(), last: rt.Now()}
-	o, err := t.db.acquire(ctx, t.lay.ShardLease(w.shard), t.checkDescriptor)
+	o, err := t.db.acquire(ctx, t.keys.ShardLease(w.shard), t.checkDescriptor)
 	if errors.Is(err, objstore.ErrLeased) {
 		return nil, fmt.Errorf("%w: %s/%s", ErrShardOwned, t.Name(), w.shard)
 	}
@@ -154,14 +154,14 @@ func (t *Table) liveWriter() *shardWriter {
 // writer.
 func (w *shardWriter) recover(ctx context.Context) error {
 	t := w.t
-	if err := setActive(ctx, t.db, t.lay, w.shard, w.id, 0, true, false); err != nil {
+	if err := setActive(ctx, t.db, t.keys, w.shard, w.id, 0, true, false); err != nil {
 		return err
 	}
 	w.active = true
 	for attempt := 0; attempt < 20; attempt++ {
-		h, err := readHead(ctx, t.db, t.lay, w.shard)
+		h, err := readHead(ctx, t.db, t.keys, w.shard)
 		if errors.Is(err, errNoHead) {
-			nh, err := casHead(ctx, t.db, t.lay, w.shard, head{}, head{Gen: 1, Owner: w.id})
+			nh, err := casHead(ctx, t.db, t.keys, w.shard, head{}, head{Gen: 1, Owner: w.id})
 			if errors.Is(err, errHeadMoved) {
 				continue
 			}
@@ -169,7 +169,7 @@ func (w *shardWriter) recover(ctx context.Context) error {
 				return err
 			}
 			w.open(nh)
-			return setActive(ctx, t.db, t.lay, w.shard, w.id, nh.Gen, true, true)
+			return setActive(ctx, t.db, t.keys, w.shard, w.id, nh.Gen, true, true)
 		}
 		if err != nil {
 			return err
@@ -178,7 +178,7 @@ func (w *shardWriter) recover(ctx context.Context) error {
 			if err := t.db.point(ctx, "write:before-fence"); err != nil {
 				return err
 			}
-			hs, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
+			hs, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
 			if errors.Is(err, errHeadMoved) {
 				continue
 			}
@@ -190,7 +190,7 @@ func (w *shardWriter) recover(ctx context.Context) error {
 		if err := t.ensureSeal(ctx, w.shard, h); err != nil {
 			return err
 		}
-		nh, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
+		nh, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
 		if errors.Is(err, errHeadMoved) {
 			continue
 		}
@@ -200,7 +200,7 @@ func (w *shardWriter) recover(ctx context.Context) error {
 		w.open(nh)
 		// The writers before this one can commit nothing more: they leave
 		// the registry.
-		return setActive(ctx, t.db, t.lay, w.shard, w.id, nh.Gen, true, true)
+		return setActive(ctx, t.db, t.keys, w.shard, w.id, nh.Gen, true, true)
 	}
 	return fmt.Errorf("%w: %s/%s: the head kept moving", ErrShardOwned, t.Name(), w.shard)
 }
@@ -436,7 +436,7 @@ func (w *shardWriter) loop() {
 		idle := len(w.queue) == 0 && !now.Before(w.last.Add(cfg.IdleAfter))
 		w.mu.Unlock()
 		if w.active && idle {
-			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, 0, false, false); err != nil {
+			if err := setActive(ctx, w.t.db, w.t.keys, w.shard, w.id, 0, false, false); err != nil {
 				w.fail(nil, err)
 				continue
 			}
@@ -456,7 +456,7 @@ func (w *shardWriter) finish(ctx context.Context, clean bool) {
 			w.fail(nil, w.rotate(ctx, false))
 		}
 		if w.active && w.errOrNil() == nil {
-			if err := setActive(ctx, w.t.db, w.t.lay, w.shard, w.id, 0, false, false); err == nil {
+			if err := setActive(ctx, w.t.db, w.t.keys, w.shard, w.id, 0, false, false); err == nil {
 				w.active = false
 			}
 		}
@@ -636,7 +636,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	}
 	if !w.active {
 		// Readers must probe this shard before this append is acknowledged.
-		if err := setActive(ctx, t.db, t.lay, w.shard, w.id, w.head.Gen, true, false); err != nil {
+		if err := setActive(ctx, t.db, t.keys, w.shard, w.id, w.head.Gen, true, false); err != nil {
 			w.fail(batch, err)
 			return t.noteGone(err)
 		}
@@ -650,7 +650,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 		return err
 	}
 	seq := w.head.Segs + 1
-	key := t.lay.Segment(w.shard, w.head.Gen, seq)
+	key := t.keys.Segment(w.shard, w.head.Gen, seq)
 	if err := w.putSegment(ctx, key, data); err != nil {
 		w.fail(batch, err)
 		return err
@@ -675,7 +675,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 			}
 		}
 	}
-	nh, err := casHead(ctx, t.db, t.lay, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id, layout: headLayout(lay)})
+	nh, err := casHead(ctx, t.db, t.keys, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id, layout: headLayout(lay)})
 	if errors.Is(err, ErrOutcomeUnknown) {
 		// Whether the swap landed is in the counts: only this writer
 		// counts segments of its generation, and a new owner seals it at
@@ -722,7 +722,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 // An error means it cannot tell (gen merged and reclaimed, a failing read).
 // It returns the head it read.
 func (t *Table) counted(ctx context.Context, shard string, gen, seq uint64) (bool, head, error) {
-	h, err := readHead(ctx, t.db, t.lay, shard)
+	h, err := readHead(ctx, t.db, t.keys, shard)
 	switch {
 	case err != nil:
 		return false, h, err
@@ -814,7 +814,7 @@ func (w *shardWriter) rotate(ctx context.Context, next bool) error {
 	}
 	h := w.head
 	if !h.Sealed {
-		hs, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: w.id})
+		hs, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: w.id})
 		if errors.Is(err, errHeadMoved) {
 			err = fmt.Errorf("%w: %w", ErrFenced, err)
 		}
@@ -836,7 +836,7 @@ func (w *shardWriter) rotate(ctx context.Context, next bool) error {
 	if !next {
 		return nil
 	}
-	nh, err := casHead(ctx, t.db, t.lay, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
+	nh, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
 	if errors.Is(err, errHeadMoved) {
 		err = fmt.Errorf("%w: %w", ErrFenced, err)
 	}

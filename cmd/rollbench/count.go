@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -236,11 +236,11 @@ func (c *countingBucket) List(ctx context.Context, prefix string, opts objstore.
 // keyClass names what a key is in a table's layout, using the engine's own
 // layout package (the one place keys are built).
 func keyClass(key string) string {
-	name, ok := layout.TableFromKey(key)
+	name, ok := keyspace.TableFromKey(key)
 	if !ok {
 		return "other"
 	}
-	lay, err := layout.ForTable(name)
+	lay, err := keyspace.ForTable(name)
 	if err != nil {
 		return "other"
 	}
@@ -287,11 +287,11 @@ func keyClass(key string) string {
 }
 
 func prefixClass(prefix string) string {
-	name, ok := layout.TableFromKey(prefix)
+	name, ok := keyspace.TableFromKey(prefix)
 	if !ok {
 		return "root"
 	}
-	lay, err := layout.ForTable(name)
+	lay, err := keyspace.ForTable(name)
 	if err != nil {
 		return "other"
 	}

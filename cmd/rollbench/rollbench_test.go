@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/memory"
 )
@@ -20,11 +20,11 @@ import (
 // engine's layout changes, this fails instead of the report quietly
 // counting "other".
 func TestKeyClass(t *testing.T) {
-	table, err := layout.ForTable("reads")
+	table, err := keyspace.ForTable("reads")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lay, err := table.Incarnation(layout.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
+	lay, err := table.Incarnation(keyspace.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +110,8 @@ func TestStreamAndPayload(t *testing.T) {
 }
 
 func TestLeaseKeyClass(t *testing.T) {
-	table, _ := layout.ForTable("reads")
-	lay, err := table.Incarnation(layout.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
+	table, _ := keyspace.ForTable("reads")
+	lay, err := table.Incarnation(keyspace.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +228,8 @@ func TestReplayRatio(t *testing.T) {
 // bytes it writes, and passes bodies through unchanged.
 func TestIORecorder(t *testing.T) {
 	ctx := context.Background()
-	table, _ := layout.ForTable("t")
-	lay, _ := table.Incarnation(layout.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
+	table, _ := keyspace.ForTable("t")
+	lay, _ := table.Incarnation(keyspace.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
 	mem := memory.New()
 	rec := &ioRecorder{}
 	b := &countingBucket{b: mem, all: newTally(), rec: rec}

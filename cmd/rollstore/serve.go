@@ -21,7 +21,7 @@ import (
 
 	"github.com/rollstore/rollstore/cmd/rollstore/internal/server"
 	"github.com/rollstore/rollstore/engine"
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/internal/version"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/azure"
@@ -297,7 +297,7 @@ func (c *serveConfig) validate() error {
 		}
 		if c.shard == "" {
 			p.add("%s %s needs %s (or HOSTNAME)", opt("role"), c.role, opt("shard"))
-		} else if err := layout.ValidateShard(c.shard); err != nil {
+		} else if err := keyspace.ValidateShard(c.shard); err != nil {
 			p.add("%s %q: %v", opt("shard"), c.shard, err)
 		}
 		c.engine.Shard = c.shard

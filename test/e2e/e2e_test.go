@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/azure/azuritetest"
 )
@@ -64,7 +64,7 @@ func TestManyProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lay, err := layout.ForTable(table)
+	lay, err := keyspace.ForTable(table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
-	"github.com/rollstore/rollstore/engine/layout"
+	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -18,8 +18,8 @@ import (
 // merged but not yet reclaimed.
 type observer struct {
 	store objstore.Bucket // under the cluster's prefix
-	table layout.Table
-	lay   layout.Inc // the table's incarnation, once it exists (see resolve)
+	table keyspace.Table
+	lay   keyspace.Inc // the table's incarnation, once it exists (see resolve)
 }
 
 // resolve finds the incarnation the table's descriptor names.

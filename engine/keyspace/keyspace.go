@@ -1,7 +1,7 @@
-// Package layout is the one place that maps a table's logical parts (base
+// Package keyspace is the one place that maps a table's logical parts (base
 // versions, data files, shards, generations, segments, payloads, leases) to
 // object keys, and parses keys back. Nothing else in rollstore builds keys by
-// hand, so the layout can be read, validated and changed here alone.
+// hand, so the key space can be read, validated and changed here alone.
 //
 // A table's descriptor names its current incarnation; everything else of
 // the table lives under that incarnation's prefix, so a table dropped and
@@ -21,9 +21,9 @@
 //
 // Numbers are zero-padded to 20 digits so lexical listing order is numeric
 // order. Incarnation names sort by creation time. The store-wide prefix (a
-// staging run's fresh prefix) is not part of the layout: it is applied by
+// staging run's fresh prefix) is not part of the key space: it is applied by
 // objstore.Prefixed below everything.
-package layout
+package keyspace
 
 import (
 	"errors"
@@ -33,8 +33,8 @@ import (
 	"time"
 )
 
-// ErrInvalidName reports a table, shard or file name the layout refuses.
-var ErrInvalidName = errors.New("layout: invalid name")
+// ErrInvalidName reports a table, shard or file name the key space refuses.
+var ErrInvalidName = errors.New("keyspace: invalid name")
 
 const (
 	maxTableName = 128
@@ -80,7 +80,7 @@ func validateFile(name string) error {
 // use ForTable.
 type Table struct{ name string }
 
-// ForTable returns the layout of a table after validating its name.
+// ForTable returns the keys of a table after validating its name.
 func ForTable(name string) (Table, error) {
 	if err := ValidateTable(name); err != nil {
 		return Table{}, err
