@@ -109,7 +109,9 @@ func asciiJSON(v any) ([]byte, error) {
 // Put stores one rollout: f's fields, and the payload streamed from
 // payload (nil for an empty one). The answer comes once the record and its
 // payload are durable. A retry with the same content answers with Created
-// false; other content under the id is ErrConflict.
+// false; other content under the id is ErrConflict. The payload's SHA-256
+// travels with it (Repr-Digest; see attachDigest for when it cannot), so a
+// payload damaged on its way is refused rather than stored.
 func (c *Client) Put(ctx context.Context, table, id string, f Fields, payload io.Reader) (PutResult, error) {
 	hdr, err := asciiJSON(f.wire())
 	if err != nil {
@@ -122,6 +124,9 @@ func (c *Client) Put(ctx context.Context, table, id string, f Fields, payload io
 	req.Header.Set("Rollstore-Record", string(hdr))
 	if f.ContentType != "" {
 		req.Header.Set("Content-Type", f.ContentType)
+	}
+	if err := attachDigest(req, payload); err != nil {
+		return PutResult{}, fmt.Errorf("rollstore client: hashing the payload: %w", err)
 	}
 	var res PutResult
 	status, err := c.sendJSON(req, &res.Record, http.StatusCreated, http.StatusOK)

@@ -215,6 +215,8 @@ func TestValidatorStreams(t *testing.T) {
 		}
 		h.Set("Content-Type", "image/png")
 		h.Set("Accept-Ranges", "bytes")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 		h.Set("Last-Modified", "Mon, 02 Jan 2026 03:04:05 GMT")
 		h.Set("Content-Length", "11")
 		w.WriteHeader(200)

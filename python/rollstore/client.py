@@ -1,6 +1,7 @@
 """The rollstore HTTP client (standard library only)."""
 
 import base64
+import hashlib
 import http.client
 import io
 import json
@@ -147,6 +148,35 @@ def _length(body) -> Tuple[Any, Optional[int]]:
     if isinstance(body, Iterable):
         return body, None
     raise TypeError("a payload is bytes, a binary file or an iterable of bytes, not %s" % type(body).__name__)
+
+
+def _digest(body, n: Optional[int]) -> Optional[str]:
+    """RFC 9530 Repr-Digest of the payload as it will be sent, when it can be
+    computed without consuming it: bytes in memory, or a seekable file of
+    known length (hashed from its position, then rewound). The server
+    refuses a payload whose bytes do not hash to it, so a payload damaged
+    on its way is never stored. Streams of unknown length go without."""
+    h = hashlib.sha256()
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        h.update(body)
+    elif isinstance(body, io.BytesIO):
+        h.update(body.getbuffer()[body.tell():])
+    elif n is not None and hasattr(body, "seek") and hasattr(body, "tell"):
+        try:
+            start = body.tell()
+            left = n
+            while left > 0:
+                chunk = body.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                h.update(chunk)
+                left -= len(chunk)
+            body.seek(start)
+        except (OSError, io.UnsupportedOperation):
+            return None
+    else:
+        return None
+    return "sha-256=:" + base64.b64encode(h.digest()).decode("ascii") + ":"
 
 
 class _Stream(io.RawIOBase):
@@ -405,6 +435,8 @@ class Client:
         of bytes (chunked), or None for an empty payload. size gives the
         length of a stream that cannot tell it. Record.created is False for
         an identical retry; other content under the id raises Conflict.
+        The payload's SHA-256 travels with it (Repr-Digest) when it can be
+        computed without consuming the payload: bytes and seekable files.
         """
         body, n = _length(payload)
         if size is not None:
@@ -415,6 +447,9 @@ class Client:
             headers["Content-Type"] = content_type
         if n is not None:
             headers["Content-Length"] = str(n)
+        digest = _digest(body, n)
+        if digest is not None:
+            headers["Repr-Digest"] = digest
         resp, data = self._request("PUT", self._rollout(table, id), headers=headers, body=body, ok=(200, 201))
         return Record.from_json(json.loads(data), created=resp.status == 201)
 

@@ -253,6 +253,42 @@ class Rollouts(ServerTest):
                 self.assertEqual(f.read(), big)
         self.assertEqual(c.get(t, "sized").payload_ref, "")
 
+    def test_payload_digest_sent_and_checked(self):
+        import rollstore.client as rc
+        c = self.c
+        t = fresh_table(c)
+        big = payload_of("digest", 2 << 20)
+        sent = []
+        real = rc._digest
+
+        def spy(body, n):
+            d = real(body, n)
+            sent.append(d)
+            return d
+        rc._digest = spy
+        try:
+            self.assertEqual(c.put(t, "bytes", big[:500], rollout_id="d").payload_sha256, sha(big[:500]))
+            with tempfile.TemporaryFile() as f:
+                f.write(big)
+                f.seek(10)
+                self.assertEqual(c.put(t, "file", f, rollout_id="d").payload_sha256, sha(big[10:]))
+        finally:
+            rc._digest = real
+        import base64
+        self.assertEqual(sent, ["sha-256=:" + base64.b64encode(hashlib.sha256(b).digest()).decode() + ":" for b in (big[:500], big[10:])])
+        # A payload that is not what the client hashed is refused, and the
+        # id stays free.
+        rc._digest = lambda body, n: real(b"other bytes", None)
+        try:
+            for id, body in [("small", big[:500]), ("large", big)]:
+                with self.assertRaises(rollstore.InvalidArgument):
+                    c.put(t, id, body, rollout_id="d")
+                with self.assertRaises(rollstore.NotFound):
+                    c.get(t, id)
+        finally:
+            rc._digest = real
+        self.assertTrue(c.put(t, "large", big, rollout_id="d").created)
+
     def test_payload_ranges_and_streaming(self):
         c = self.c
         t = fresh_table(c)

@@ -140,6 +140,9 @@ func decodeNDJSON(r io.Reader, lim batchLimits) ([]engine.BatchItem, func(int) *
 		if derr := decodeStrict(t, &l); derr != nil {
 			return nil, nil, &positionError{what: "line", n: line, err: badRequest("invalid JSON: %v", derr)}
 		}
+		if err := validateMediaType(l.ContentType); err != nil {
+			return nil, nil, &positionError{what: "line", n: line, err: badRequest("%v", err)}
+		}
 		rec := l.record(l.ID, l.ContentType)
 		if l.Payload == nil {
 			l.Payload = []byte{}
@@ -177,7 +180,8 @@ func decodeArrow(r io.Reader, size int64, lim batchLimits) ([]engine.BatchItem, 
 		// not the corrupt-file 500 ErrCorrupt means for stored files.
 		return &apiError{status: http.StatusBadRequest, code: codeInvalidArgument, msg: "invalid Arrow IPC stream", err: err}
 	}
-	switch err := checkArrowStream(data, lim.bytes, lim.rows); {
+	comp, err := checkArrowStream(data, lim.bytes, lim.rows)
+	switch {
 	case errors.Is(err, errArrowBudget):
 		return nil, nil, newError(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "%v", err)
 	case errors.Is(err, errArrowRows):
@@ -186,11 +190,17 @@ func decodeArrow(r io.Reader, size int64, lim batchLimits) ([]engine.BatchItem, 
 		return nil, nil, invalid(err)
 	}
 	var items []engine.BatchItem
-	err := rowfile.ReadStream(bytes.NewReader(data), func(row int, rec rowfile.Record) error {
+	err = rowfile.ReadStream(bytes.NewReader(data), func(row int, rec rowfile.Record) error {
 		if row >= lim.rows {
 			return lim.tooManyRows(fmt.Sprintf("row %d", row))
 		}
+		if err := validateMediaType(rec.ContentType); err != nil {
+			return &positionError{what: "row", n: row, err: badRequest("%v", err)}
+		}
 		p := rec.Payload
+		if err := comp.check(row, p); err != nil {
+			return &positionError{what: "row", n: row, err: badRequest("%v", err)}
+		}
 		rec.Payload = nil
 		rec.ID, rec.RolloutID, rec.ProblemID = strings.Clone(rec.ID), strings.Clone(rec.RolloutID), strings.Clone(rec.ProblemID)
 		rec.Role, rec.ContentType, rec.PolicyVersion = strings.Clone(rec.Role), strings.Clone(rec.ContentType), strings.Clone(rec.PolicyVersion)

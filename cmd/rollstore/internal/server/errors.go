@@ -130,6 +130,8 @@ func classify(err error) outcome {
 		return outcome{http.StatusRequestTimeout, codeTimeout, false}
 	case errors.Is(err, errTruncated):
 		return outcome{http.StatusBadRequest, codeTruncatedBody, false}
+	case errors.Is(err, errDigestMismatch):
+		return outcome{http.StatusBadRequest, codeInvalidArgument, false}
 	case errors.Is(err, errMalformedBody):
 		return outcome{http.StatusBadRequest, codeMalformedBody, false}
 	case errors.Is(err, errClientGone):
@@ -234,7 +236,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) o
 		}
 	}
 	h := w.Header()
-	for _, k := range []string{"Content-Range", "Content-Length", "ETag", "Last-Modified", "Accept-Ranges", "Content-Encoding"} {
+	for _, k := range []string{"Content-Range", "Content-Length", "ETag", "Last-Modified", "Accept-Ranges", "Content-Encoding", "Content-Disposition", "Content-Security-Policy"} {
 		if k == "ETag" && o.status == http.StatusPreconditionFailed {
 			continue // the validator the precondition was held against
 		}

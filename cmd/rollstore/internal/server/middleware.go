@@ -73,6 +73,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, op
 		return h(w, r)
 	}
 	if opts&upload != 0 {
+		if err := checkContentEncoding(w, r); err != nil {
+			return err
+		}
 		select {
 		case s.uploads <- struct{}{}:
 			defer func() { <-s.uploads }()
@@ -219,3 +222,21 @@ func (r *recorder) Write(b []byte) (int, error) {
 }
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// checkContentEncoding refuses a request body in any content coding but
+// identity, on every route that stores what it receives: rollstore stores a payload as the bytes it
+// receives, so a gzipped PUT would store the compressed bytes under a
+// checksum of them, and a gzipped batch would fail as invalid JSON. 415
+// with Accept-Encoding, as RFC 9110 (section 15.5.16) asks.
+func checkContentEncoding(w http.ResponseWriter, r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				w.Header().Set("Accept-Encoding", "identity")
+				return newError(http.StatusUnsupportedMediaType, codeUnsupportedMedia,
+					"Content-Encoding %q is not accepted: send the body uncompressed (a payload is stored as the bytes received)", c)
+			}
+		}
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"mime"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -126,6 +127,9 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeStrict([]byte(vals[0]), &hdr); err != nil {
 		return &apiError{status: http.StatusBadRequest, code: codeInvalidArgument, msg: recordHeaderName + " header", err: err}
 	}
+	if err := validateMediaType(r.Header.Get("Content-Type")); err != nil {
+		return badRequest("%v", err)
+	}
 	if hdr.ID != nil && *hdr.ID != id {
 		return badRequest("%s id %q differs from the path's %q", recordHeaderName, *hdr.ID, id)
 	}
@@ -142,7 +146,18 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	digest, err := newDigestCheck(r)
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	if digest != nil && r.ContentLength == 0 {
+		// An empty body may never be read: check it here.
+		if err := digest.verify(false); err != nil {
+			return err
+		}
+	}
 	body := s.newUploadBody(w, r, s.cfg.MaxBodyBytes)
+	body.digest = digest
 	res, err := tb.Append(r.Context(), hdr.record(id, r.Header.Get("Content-Type")), body, r.ContentLength)
 	body.done()
 	if err != nil {
@@ -305,6 +320,31 @@ func setPayloadHeaders(h http.Header, rec *engine.Record) {
 		h.Set("Last-Modified", d)
 	}
 	h.Set("X-Content-Type-Options", "nosniff")
+	// A payload is the writer's bytes under the writer's media type: a
+	// browser that opens its URL must not run it in the API's origin.
+	// The sandbox policy holds whatever the type; types a browser would
+	// render actively are also sent as attachments, so they download.
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	if activeContent(ct) {
+		h.Set("Content-Disposition", "attachment")
+	}
+}
+
+// activeContent reports whether a browser would render a media type as a
+// document or run it as script: HTML, XML (SVG and XHTML included),
+// JavaScript and XSLT. A type that does not parse counts as active.
+func activeContent(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return true
+	}
+	switch mt {
+	case "text/html", "text/xml", "application/xml", "text/xsl", "application/xslt+xml",
+		"text/javascript", "application/javascript", "application/x-javascript",
+		"text/ecmascript", "application/ecmascript", "text/jscript", "application/x-ecmascript":
+		return true
+	}
+	return strings.HasSuffix(mt, "+xml")
 }
 
 // lastModified is a payload's modification time, its record's creation,

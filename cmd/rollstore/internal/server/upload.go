@@ -38,14 +38,20 @@ type uploadBody struct {
 	// slow is set while the rate's deadline is the one in force.
 	slow bool
 	// cause is the first failure, one of errUploadIdle, errUploadSlow,
-	// errTruncated, errBodyLimit, errMalformedBody, errClientGone, or nil.
+	// errTruncated, errBodyLimit, errMalformedBody, errClientGone,
+	// errDigestMismatch, or nil.
 	cause error
+	// digest checks the payload against the SHA-256 its writer sent;
+	// declared is the body's Content-Length (-1 if unknown), the point
+	// at which a header digest is checked even if the reader stops there.
+	digest   *digestCheck
+	declared int64
 }
 
 // newUploadBody wraps r.Body. limit < 0 means no limit of its own (the
 // engine's MaxPayload still applies).
 func (s *Server) newUploadBody(w http.ResponseWriter, r *http.Request, limit int64) *uploadBody {
-	b := &uploadBody{r: r.Body, ctx: r.Context(), idle: s.cfg.UploadIdleTimeout, limit: limit, hooks: s.cfg.Hooks}
+	b := &uploadBody{r: r.Body, ctx: r.Context(), idle: s.cfg.UploadIdleTimeout, limit: limit, hooks: s.cfg.Hooks, declared: r.ContentLength}
 	if b.idle > 0 {
 		b.rc = http.NewResponseController(w)
 		b.minRate = s.cfg.UploadMinRate
@@ -81,10 +87,19 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		_ = b.hooks.Call(b.ctx, "upload:first-bytes")
 	}
 	b.n += int64(n)
+	if b.digest != nil {
+		b.digest.h.Write(p[:n])
+	}
 	switch {
 	case b.limit >= 0 && b.n > b.limit:
 		b.cause = fmt.Errorf("%w: more than %d bytes", errBodyLimit, b.limit)
 		return n, b.cause
+	case b.digest != nil && (err == io.EOF || err == nil && b.n == b.declared && b.digest.want != nil):
+		if derr := b.digest.verify(err == io.EOF); derr != nil {
+			b.cause = derr
+			return n, b.cause
+		}
+		return n, err
 	case err == nil || err == io.EOF:
 		return n, err
 	}
