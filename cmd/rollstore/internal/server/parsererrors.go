@@ -78,7 +78,12 @@ func (c *parserErrorConn) CloseWrite() error {
 // parserErrorAnswer is the whole HTTP response replacing net/http's.
 func (s *Server) parserErrorAnswer(c net.Conn, status int, text string) []byte {
 	code, msg := codeMalformedRequest, "malformed request: "+text
-	if status == http.StatusRequestHeaderFieldsTooLarge {
+	switch status {
+	case http.StatusHTTPVersionNotSupported:
+		// A version net/http does not speak is the client's mistake: a
+		// 4xx, so that it is not counted as the server's failure.
+		status, msg = http.StatusBadRequest, "malformed request: unsupported HTTP version (HTTP/1.0, HTTP/1.1 and HTTP/2 are served)"
+	case http.StatusRequestHeaderFieldsTooLarge:
 		code, msg = codeHeaderTooLarge, fmt.Sprintf("request headers exceed %d bytes", s.maxHeaderBytes())
 	}
 	id := newRequestID()

@@ -42,6 +42,7 @@ func (s *Server) routes() {
 	// auth like any API route, so probing reveals nothing without a token.
 	s.handle("/", s.noRoute, 0)
 	s.redirect = s.wrap("/", s.cleanPathRedirect, 0)
+	s.connect = s.wrap("/", s.noConnect, 0)
 
 	// The metrics listener serves only the metrics, to anyone who reaches
 	// it: that port is meant for the cluster's scraper (deploy/k8s), which
@@ -59,7 +60,13 @@ func (s *Server) noMetricsRoute(w http.ResponseWriter, r *http.Request) error {
 // router would answer it with a redirect of its own, in HTML and without
 // a request id or auth.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != cleanPath(p) {
+	if r.Method == http.MethodConnect {
+		// The router answers CONNECT itself, in plain text and before
+		// auth: a CONNECT's target is an authority, not a path.
+		s.connect.ServeHTTP(w, r)
+		return
+	}
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
 		s.redirect.ServeHTTP(w, r)
 		return
 	}
@@ -97,6 +104,11 @@ func cleanPath(p string) string {
 
 // noRoute answers paths no route matches with 404, and known paths asked
 // with the wrong method with 405 and Allow, in JSON like every error.
+// noConnect answers a CONNECT: rollstore is no proxy.
+func (s *Server) noConnect(w http.ResponseWriter, r *http.Request) error {
+	return newError(http.StatusNotFound, codeRouteNotFound, "no route for CONNECT %s: rollstore is not a proxy", r.RequestURI)
+}
+
 func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) error {
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {

@@ -193,3 +193,58 @@ func TestParserErrorsAreJSON(t *testing.T) {
 	wantJSONError(t, "huge header on a kept-alive connection", response{status: resp.StatusCode, header: resp.Header, body: b},
 		http.StatusRequestHeaderFieldsTooLarge, codeHeaderTooLarge)
 }
+
+// TestParserErrorsAreJSONOnKeptAliveConnections: a request net/http
+// refuses is answered in JSON whether it opens its connection or follows
+// a served request on it; an unsupported HTTP version is the client's
+// mistake (400, not 505); CONNECT, whose target is no path, gets the
+// router's JSON 404 and, with auth on, the 401 first.
+func TestParserErrorsAreJSONOnKeptAliveConnections(t *testing.T) {
+	const token = "parser-errors-token-0123456789"
+	s := newServeEnv(t, Config{MergeInterval: -1, AuthTokens: []string{token}})
+	addr := strings.TrimPrefix(s.base, "http://")
+	exchange := func(reqs ...string) response {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second)) // a bound, not synchronisation
+		br := bufio.NewReader(conn)
+		var last response
+		for i, req := range reqs {
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("request %d %q: %v", i, req[:min(len(req), 30)], err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = response{status: resp.StatusCode, header: resp.Header, body: b}
+			if i < len(reqs)-1 && last.status != http.StatusOK {
+				t.Fatalf("the served request answered %d", last.status)
+			}
+		}
+		return last
+	}
+	good := "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+	cases := []struct {
+		name, req string
+		status    int
+		code      string
+	}{
+		{"bad header line", "GET /v1/tables HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n", http.StatusBadRequest, codeMalformedRequest},
+		{"unknown transfer coding", "PUT /v1/tables/t HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", http.StatusNotImplemented, codeMalformedRequest},
+		{"HTTP/9.9", "GET /v1/tables HTTP/9.9\r\nHost: a\r\n\r\n", http.StatusBadRequest, codeMalformedRequest},
+		{"CONNECT without a token", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", http.StatusUnauthorized, codeUnauthorized},
+		{"CONNECT with a token", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nAuthorization: Bearer " + token + "\r\n\r\n", http.StatusNotFound, codeRouteNotFound},
+	}
+	for _, c := range cases {
+		wantJSONError(t, c.name+", first on its connection", exchange(c.req), c.status, c.code)
+		wantJSONError(t, c.name+", after a served request", exchange(good, c.req), c.status, c.code)
+		wantJSONError(t, c.name+", after two served requests", exchange(good, good, c.req), c.status, c.code)
+	}
+}

@@ -23,6 +23,8 @@ type Server struct {
 	mux *http.ServeMux
 	// redirect answers paths that are not in canonical form.
 	redirect http.Handler
+	// connect answers CONNECT, which the router would answer itself.
+	connect http.Handler
 	// metricsMux is the handler of the separate, unauthenticated metrics
 	// listener (MetricsHandler).
 	metricsMux *http.ServeMux
@@ -107,8 +109,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// are answered in JSON too; see parserErrorConn.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		ConnState: func(c net.Conn, st http.ConnState) {
-			if pc, ok := c.(*parserErrorConn); ok && st == http.StateActive {
-				pc.handled.Store(false) // a new request is being read
+			// Between two requests of a connection, what it writes next
+			// may be net/http's own answer again: Idle follows every
+			// response (Active is not reported again for a request that
+			// fails to parse on a kept-alive connection).
+			if pc, ok := c.(*parserErrorConn); ok && (st == http.StateActive || st == http.StateIdle) {
+				pc.handled.Store(false)
 			}
 		},
 	}
