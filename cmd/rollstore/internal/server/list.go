@@ -1,8 +1,11 @@
 package server
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/rollstore/rollstore/engine"
 )
@@ -21,7 +24,6 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 		RolloutID:     q.Get("rollout_id"),
 		ProblemID:     q.Get("problem_id"),
 		PolicyVersion: q.Get("policy_version"),
-		PageToken:     q.Get("page_token"),
 		Limit:         defaultListLimit,
 	}
 	if q.Has("limit") {
@@ -41,6 +43,10 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	bind := listingBinding(tb.Name(), opts)
+	if opts.PageToken, err = unwrapPageToken(q.Get("page_token"), bind); err != nil {
+		return err
+	}
 	page, err := tb.List(r.Context(), opts)
 	if err != nil {
 		return err
@@ -48,8 +54,47 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, struct {
 		Records       []recordView `json:"records"`
 		NextPageToken string       `json:"next_page_token,omitempty"`
-	}{s.viewsOf(page.Records), page.NextPageToken})
+	}{s.viewsOf(page.Records), wrapPageToken(page.NextPageToken, bind)})
 	return nil
+}
+
+// A page token continues one listing: the engine's position, bound to the
+// table, filters and pinned version it was issued for, so that a token
+// replayed against another listing is refused instead of starting it
+// somewhere in the middle. The binding is a checksum, not a secret: a
+// position reveals only an id the caller was already shown.
+const pageTokenPrefix = "p1."
+
+func listingBinding(table string, o engine.ListOptions) string {
+	h := sha256.New()
+	for _, f := range []string{table, o.RolloutID, o.ProblemID, o.PolicyVersion, strconv.FormatUint(o.Version, 10)} {
+		h.Write([]byte(strconv.Itoa(len(f))))
+		h.Write([]byte{':'})
+		h.Write([]byte(f))
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:9])
+}
+
+func wrapPageToken(pos, bind string) string {
+	if pos == "" {
+		return ""
+	}
+	return pageTokenPrefix + bind + "." + pos
+}
+
+func unwrapPageToken(tok, bind string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	rest, ok := strings.CutPrefix(tok, pageTokenPrefix)
+	b, pos, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || pos == "" {
+		return "", badRequest("page_token is malformed: pass next_page_token from the previous page unchanged")
+	}
+	if b != bind {
+		return "", badRequest("page_token belongs to another listing: the table, filters and version must be those of the page that returned it")
+	}
+	return pos, nil
 }
 
 // scan streams the table as an Arrow IPC stream. An error before the first

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -184,4 +185,75 @@ func TestMergeAndVersions(t *testing.T) {
 	}
 	want(t, e.do("POST", "/v1/tables/nope/merge", nil), http.StatusNotFound, codeTableNotFound)
 	want(t, e.do("GET", "/v1/tables/nope/versions", nil), http.StatusNotFound, codeTableNotFound)
+}
+
+// TestQueryStringsSayOneThing: a query string is refused (400) when it
+// does not say exactly one thing: a malformed escape, a parameter given
+// twice, a parameter the route does not take; and a page token continues
+// only the listing that issued it.
+func TestQueryStringsSayOneThing(t *testing.T) {
+	e := newEnv(t)
+	e.createTable("a")
+	e.createTable("b")
+	for i := range 6 {
+		for _, tb := range []string{"a", "b"} {
+			rec := fmt.Sprintf(`{"rollout_id":"r%d","problem_id":"p%d"}`, i%2, i%3)
+			want(t, e.put(tb, fmt.Sprintf("id-%d", i), rec, []byte("x")), http.StatusCreated, "")
+		}
+	}
+	for _, q := range []string{
+		"page_token=%%%", "limit=1&limit=5", "rollout_id=r0&rollout_id=r1", "rolout_id=r0", "limit=%zz",
+		"version=1&version=1",
+	} {
+		r := e.do("GET", "/v1/tables/a/rollouts?"+q, nil)
+		want(t, r, http.StatusBadRequest, codeInvalidArgument)
+	}
+	for _, path := range []string{rolloutURL("a", "id-1") + "?limit=1", rolloutURL("a", "id-1") + "/payload?x=1", "/v1/tables/a/scan?version=1&version=2", "/v1/tables/a?x=1"} {
+		want(t, e.do("GET", path, nil), http.StatusBadRequest, codeInvalidArgument)
+	}
+	want(t, e.do("GET", "/v1/tables/a/rollouts?limit=2&rollout_id=r0", nil), http.StatusOK, "")
+
+	var page struct {
+		Records []struct {
+			ID string `json:"id"`
+		} `json:"records"`
+		NextPageToken string `json:"next_page_token"`
+	}
+	r := e.do("GET", "/v1/tables/a/rollouts?limit=1&rollout_id=r0", nil)
+	want(t, r, http.StatusOK, "")
+	r.decode(t, &page)
+	if len(page.Records) != 1 || page.NextPageToken == "" {
+		t.Fatalf("first page %s", r.body)
+	}
+	tok := url.QueryEscape(page.NextPageToken)
+	for _, other := range []string{
+		"/v1/tables/b/rollouts?limit=1&rollout_id=r0&page_token=", // another table
+		"/v1/tables/a/rollouts?limit=1&rollout_id=r1&page_token=", // other filters
+		"/v1/tables/a/rollouts?limit=1&page_token=",               // no filter
+		"/v1/tables/a/rollouts?limit=1&rollout_id=r0&problem_id=p0&page_token=",
+	} {
+		r := e.do("GET", other+tok, nil)
+		want(t, r, http.StatusBadRequest, codeInvalidArgument)
+		if !strings.Contains(r.errMessage(), "another listing") {
+			t.Errorf("%s: message %q", other, r.errMessage())
+		}
+	}
+	// The same listing continues, whatever the page size.
+	r = e.do("GET", "/v1/tables/a/rollouts?limit=10&rollout_id=r0&page_token="+tok, nil)
+	want(t, r, http.StatusOK, "")
+	var rest struct {
+		Records []struct {
+			ID string `json:"id"`
+		} `json:"records"`
+	}
+	r.decode(t, &rest)
+	if len(rest.Records) != 2 || rest.Records[0].ID == page.Records[0].ID {
+		t.Fatalf("continued listing %s after %s", r.body, page.Records[0].ID)
+	}
+	// A token that is not one of ours says so in the API's words.
+	r = e.do("GET", "/v1/tables/a/rollouts?page_token="+url.QueryEscape("aWQtMQ"), nil)
+	want(t, r, http.StatusBadRequest, codeInvalidArgument)
+	if !strings.Contains(r.errMessage(), "page_token is malformed") {
+		t.Errorf("malformed token: message %q", r.errMessage())
+	}
 }

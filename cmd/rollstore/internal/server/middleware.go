@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +33,55 @@ func (s *Server) handleOn(mux *http.ServeMux, pattern string, h handlerFunc, opt
 	if _, path, ok := strings.Cut(pattern, " "); ok {
 		route = path
 	}
+	if opts&internal == 0 && route != "/" {
+		allowed := queryParams[pattern]
+		next := h
+		h = func(w http.ResponseWriter, r *http.Request) error {
+			if err := checkQuery(r.URL.RawQuery, allowed); err != nil {
+				return err
+			}
+			return next(w, r)
+		}
+	}
 	mux.Handle(pattern, s.wrap(route, h, opts))
+}
+
+// checkQuery refuses a query string that does not say one thing: a
+// malformed escape (url.Values would drop the pair and the request would
+// run without it), a parameter given twice (only the first would count),
+// or a parameter the route does not take (a misspelt filter would be
+// ignored, and a listing would answer everything).
+func checkQuery(raw string, allowed []string) error {
+	if raw == "" {
+		return nil
+	}
+	seen := map[string]bool{}
+	for pair := range strings.SplitSeq(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		k, _, _ := strings.Cut(pair, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			return badRequest("malformed query string: %q is not a valid escape", pair)
+		}
+		if _, v, _ := strings.Cut(pair, "="); v != "" {
+			if _, err := url.QueryUnescape(v); err != nil {
+				return badRequest("malformed query string: parameter %s has a malformed escape", name)
+			}
+		}
+		switch {
+		case !slices.Contains(allowed, name):
+			if len(allowed) == 0 {
+				return badRequest("unknown query parameter %q: this route takes none", name)
+			}
+			return badRequest("unknown query parameter %q: this route takes %s", name, strings.Join(allowed, ", "))
+		case seen[name]:
+			return badRequest("query parameter %s is given more than once", name)
+		}
+		seen[name] = true
+	}
+	return nil
 }
 
 // wrap is h with the common request handling, route its metrics label.

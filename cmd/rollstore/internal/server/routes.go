@@ -18,6 +18,15 @@ const (
 	upload
 )
 
+// queryParams are the query parameters each API route takes; any other,
+// or one given twice, is refused (see checkQuery).
+var queryParams = map[string][]string{
+	"GET /v1/tables/{table}/rollouts":              {"rollout_id", "problem_id", "policy_version", "page_token", "limit", "version"},
+	"GET /v1/tables/{table}/rollouts/{id}":         {"version"},
+	"GET /v1/tables/{table}/rollouts/{id}/payload": {"version"},
+	"GET /v1/tables/{table}/scan":                  {"version", "payloads"},
+}
+
 func (s *Server) routes() {
 	s.handle("GET /healthz", s.healthz, public|internal)
 	s.handle("GET /readyz", s.readyz, public|internal)
