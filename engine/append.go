@@ -62,7 +62,7 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 	if err := w.stream(ctx, &rec, r, size); err != nil {
 		return AppendResult{}, err
 	}
-	if err := t.db.point(ctx, "write:after-payload"); err != nil {
+	if err := t.db.point(ctx, hookAfterPayload); err != nil {
 		return AppendResult{}, err // a crash here leaves an orphan payload
 	}
 	res, queued, err := w.submit(ctx, []*Record{&rec}, started)

@@ -294,7 +294,7 @@ func (t *Table) scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := t.db.point(ctx, "scan:snapshot"); err != nil {
+	if err := t.db.point(ctx, hookScanSnapshot); err != nil {
 		return err
 	}
 	sw := rowfile.NewStreamWriter(w, opts.WithPayloads)

@@ -83,7 +83,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	var causes []error // every attempt's failure, reported together
 	if resident != nil && *attempts == 0 {
 		if loc, ok := resident.find(id); ok {
-			if err := t.db.point(ctx, "read:located"); err != nil {
+			if err := t.db.point(ctx, hookReadLocated); err != nil {
 				return err
 			}
 			err := use(ctx, loc)
@@ -115,7 +115,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 			st.ReadAbsent.Add(1)
 			return fmt.Errorf("%w: %q", ErrNotFound, id)
 		}
-		if err := t.db.point(ctx, "read:located"); err != nil {
+		if err := t.db.point(ctx, hookReadLocated); err != nil {
 			return err
 		}
 		err = use(ctx, loc)
@@ -156,7 +156,7 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 		t.db.stats.ReadAbsent.Add(1)
 		return fmt.Errorf("%w: %q in version %d", ErrNotFound, id, v)
 	}
-	if err := t.db.point(ctx, "read:located"); err != nil {
+	if err := t.db.point(ctx, hookReadLocated); err != nil {
 		return err
 	}
 	err = use(ctx, loc)
@@ -405,7 +405,7 @@ func (t *Table) openPayload(ctx context.Context, id string, offset, length int64
 			}
 			p.Record, p.Offset, p.Length = rec, offset, n
 		}
-		if err := t.db.point(ctx, "read:row-read"); err != nil {
+		if err := t.db.point(ctx, hookReadRowRead); err != nil {
 			return err
 		}
 		if data, ok, err := t.cachedPayload(ctx, loc); err != nil {
@@ -427,7 +427,7 @@ func (t *Table) openPayload(ctx context.Context, id string, offset, length int64
 		if err != nil {
 			return err
 		}
-		if err := t.db.point(ctx, "read:payload-opened"); err != nil {
+		if err := t.db.point(ctx, hookPayloadOpened); err != nil {
 			rc.Close()
 			return err
 		}
@@ -572,60 +572,4 @@ func (p *Payload) Close() error {
 		p.release = nil
 	}
 	return err
-}
-
-// lookupMany returns, for each record's id, the row a read beginning now
-// would return (nil when absent), sharing one refresh among all of them: a
-// batch append checks its ids in one round, not one refresh per row. It
-// also returns the snapshot it consulted last.
-func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, *snapshot, error) {
-	if err := t.live(); err != nil {
-		return nil, nil, err
-	}
-	out := make([]*Record, len(recs))
-	ticket := t.refresh.ticket()
-	var rest []int
-	resident := t.fresh()
-	for i, r := range recs {
-		if resident != nil {
-			if loc, ok := resident.find(r.ID); ok {
-				rec, err := t.readRow(ctx, loc)
-				if err == nil {
-					out[i] = rec
-					continue
-				}
-				if !errors.Is(err, objstore.ErrNotFound) {
-					return nil, nil, err
-				}
-			}
-		}
-		rest = append(rest, i)
-	}
-	if len(rest) == 0 {
-		return out, resident, nil
-	}
-	s, err := t.refreshed(ctx, ticket, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, i := range rest {
-		id := recs[i].ID
-		loc, ok := s.find(id)
-		if !ok {
-			continue
-		}
-		rec, err := t.readRow(ctx, loc)
-		if errors.Is(err, objstore.ErrNotFound) {
-			// Reclaimed since the refresh: the recovering path finds it.
-			rec, err = t.Get(ctx, id, ReadOptions{})
-			if errors.Is(err, ErrNotFound) {
-				continue
-			}
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		out[i] = rec
-	}
-	return out, s, nil
 }

@@ -312,7 +312,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	if probeErr != nil {
 		return nil, probeErr
 	}
-	if err := db.point(ctx, "refresh:after-heads"); err != nil {
+	if err := db.point(ctx, hookRefreshAfterHeads); err != nil {
 		return nil, err
 	}
 	reg := curReg
@@ -377,7 +377,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	// The base: the newest of what cur had, what the registry names and
 	// what the probe found.
 	target := max(known, reg.Base, probed)
-	if err := db.point(ctx, "refresh:before-base"); err != nil {
+	if err := db.point(ctx, hookRefreshBeforeBase); err != nil {
 		return nil, err
 	}
 	base := (*baseView)(nil)
@@ -398,7 +398,7 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		}
 		base = b
 	}
-	if err := db.point(ctx, "refresh:after-base"); err != nil {
+	if err := db.point(ctx, hookRefreshAfterBase); err != nil {
 		return nil, err
 	}
 
