@@ -380,7 +380,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 // batch append checks its ids in one round, not one refresh per row. It
 // also returns the snapshot it consulted last.
 func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, *snapshot, error) {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return nil, nil, err
 	}
 	out := make([]*Record, len(recs))

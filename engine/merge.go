@@ -1,3 +1,8 @@
+// The merge (doc.go, step 6): choosing the sealed generations to fold in
+// (sealing abandoned ones first), the compaction pick, building the data
+// files of the next base version, and committing it. Reclaim and retention
+// follow each pass (reclaim.go, retention.go).
+
 package engine
 
 import (
@@ -54,7 +59,7 @@ const maxCommitAttempts = 8
 // normal: the pass reloads and plans again from the winner's version, so no
 // row is merged twice.
 func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, error) {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return MergeResult{}, err
 	}
 	if err := t.mergeLock.Lock(ctx); err != nil {
@@ -88,7 +93,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if attempt == maxCommitAttempts {
 			return res, fmt.Errorf("%w: merge of %s started over %d times in a row, the last because: %w", ErrMergerBusy, t.Name(), attempt, again)
 		}
-		if err := t.live(); err != nil {
+		if err := t.checkLive(); err != nil {
 			return res, err
 		}
 		reg, err := t.liveRegistry(ctx)
@@ -138,7 +143,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if err := t.db.point(ctx, hookMergeAfterData); err != nil {
 			return res, err // a crash here leaves orphan data files
 		}
-		if err := t.live(); err != nil { // dropped meanwhile: stop here
+		if err := t.checkLive(); err != nil { // dropped meanwhile: stop here
 			t.deleteFiles(written)
 			return res, err
 		}

@@ -23,19 +23,16 @@ type ReadOptions struct {
 }
 
 // maxRetries bounds how often a read retries after a file vanished under
-// it (invariant 6): a concurrent merge reclaims a generation at most once
-// per commit, so two retries against fresh snapshots suffice; a file
-// still missing after that is an error, not a loop.
+// it (docs/design.md, invariant 6): a concurrent merge reclaims a
+// generation at most once per commit, so two retries against fresh
+// snapshots suffice; a file still missing after that is an error, not a
+// loop.
 const maxRetries = 2
 
 // Get returns a row's metadata (payload bytes are not loaded).
 func (t *Table) Get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
 	rec, err := t.get(ctx, id, opts)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.get(ctx, id, opts)
-	}
-	return rec, err
+	return onSuccessor(ctx, t, rec, err, func(nt *Table) (*Record, error) { return nt.get(ctx, id, opts) })
 }
 
 func (t *Table) get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
@@ -69,7 +66,7 @@ func (t *Table) get(ctx context.Context, id string, opts ReadOptions) (*Record, 
 // for the newest base, at most maxRetries times, counted in *attempts
 // across calls for one logical read.
 func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attempts *int, use func(context.Context, location) error) error {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return err
 	}
 	if opts.Version > 0 {
@@ -143,9 +140,10 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	}
 }
 
-// withPinned reads from exactly one base version, once. The version must
-// still be retained when the read begins (in any process: the check is a
-// HEAD of its manifest, not this process's cache).
+// withPinned reads from exactly one base version, once (docs/design.md,
+// invariant 7). The version must still be retained when the read begins
+// (in any process: the check is a HEAD of its manifest, not this process's
+// cache).
 func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(context.Context, location) error) error {
 	s, err := t.pinnedSnapshot(ctx, v)
 	if err != nil {
@@ -327,11 +325,7 @@ func (e *RangeError) Error() string {
 // or a conditional request needs before any byte is read.
 func (t *Table) Stat(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
 	rec, err := t.stat(ctx, id, opts)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.stat(ctx, id, opts)
-	}
-	return rec, err
+	return onSuccessor(ctx, t, rec, err, func(nt *Table) (*Record, error) { return nt.stat(ctx, id, opts) })
 }
 
 func (t *Table) stat(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
@@ -381,11 +375,9 @@ func payloadRecord(loc location) *Record {
 // same offset, within the same bounded retries.
 func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
 	p, err := t.openPayload(ctx, id, offset, length, opts)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
+	return onSuccessor(ctx, t, p, err, func(nt *Table) (*Payload, error) {
 		return nt.openPayload(ctx, id, offset, length, opts)
-	}
-	return p, err
+	})
 }
 
 func (t *Table) openPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
@@ -531,11 +523,10 @@ func (p *Payload) reopen(ctx context.Context, cause error) error {
 	}
 	// Dropped under the read: what the table holds now is the answer, as
 	// for a read that began now (see successor).
-	nt, err := p.t.successor(ctx, err)
-	if nt != nil {
+	_, err = onSuccessor(ctx, p.t, struct{}{}, err, func(nt *Table) (struct{}, error) {
 		p.t = nt
-		return p.resume(ctx, nt, true)
-	}
+		return struct{}{}, p.resume(ctx, nt, true)
+	})
 	return err
 }
 

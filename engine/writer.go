@@ -58,7 +58,7 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 	if t.db.cfg.Shard == "" {
 		return nil, ErrNoWriter
 	}
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return nil, err
 	}
 	if w := t.liveWriter(); w != nil {
@@ -98,7 +98,7 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 		o.release(ctx)
 		return nil, t.noteGone(err)
 	}
-	if err := t.live(); err != nil { // dropped while starting
+	if err := t.checkLive(); err != nil { // dropped while starting
 		o.release(ctx)
 		return nil, err
 	}
