@@ -19,8 +19,8 @@ const (
 	// hookAfterPayload fires after an append streamed its payload to its own
 	// object, before the row is queued for a commit.
 	hookAfterPayload = "write:after-payload"
-	// hookChecked fires after a group commit checked its rows against the
-	// visible ones (and the merge backlog), before it writes anything.
+	// hookChecked fires after a group commit looked its rows up among the
+	// visible ones, before it checks the merge backlog and writes anything.
 	hookChecked = "write:checked"
 	// hookBeforeSegment fires before a group commit writes its segment.
 	hookBeforeSegment = "write:before-segment"

@@ -357,7 +357,9 @@ func (t *Table) refreshFirstRound(ctx context.Context, curReg *registry, known u
 		return nil
 	})
 	if err != nil {
-		return r, err
+		// Parallel may return before every call did (a cancelled context):
+		// nothing they write is read.
+		return firstRound{}, err
 	}
 	if errors.Is(regErr, objstore.ErrNotFound) {
 		return r, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
