@@ -28,7 +28,7 @@ type AppendResult struct {
 // Append returns once the row's segment is durable.
 func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64) (AppendResult, error) {
 	cfg := t.db.cfg
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return AppendResult{}, err
 	}
 	if rec.CreatedAt.IsZero() {
@@ -51,18 +51,20 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 		// append can still move to the table's new incarnation.
 		_, err = t.refreshed(ctx, t.refresh.ticket(), false)
 	}
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.Append(ctx, rec, r, size) // nothing of the body was read yet
-	}
-	if err != nil {
-		return AppendResult{}, err
+	// On the table's new incarnation the append starts over: nothing of the
+	// body was read yet.
+	moved := false
+	if res, err := onSuccessor(ctx, t, AppendResult{}, err, func(nt *Table) (AppendResult, error) {
+		moved = true
+		return nt.Append(ctx, rec, r, size)
+	}); moved || err != nil {
+		return res, err
 	}
 	started := t.db.rt.Now()
 	if err := w.stream(ctx, &rec, r, size); err != nil {
 		return AppendResult{}, err
 	}
-	if err := t.db.point(ctx, "write:after-payload"); err != nil {
+	if err := t.db.point(ctx, hookAfterPayload); err != nil {
 		return AppendResult{}, err // a crash here leaves an orphan payload
 	}
 	res, queued, err := w.submit(ctx, []*Record{&rec}, started)
@@ -103,7 +105,7 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // put. An identical retry of an item reports Created=false for it.
 func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendResult, error) {
 	cfg := t.db.cfg
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return nil, err
 	}
 	if len(items) == 0 {
@@ -145,12 +147,12 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 		dupOf = append(dupOf, -1)
 	}
 	w, err := t.shardWriter(ctx)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
+	moved := false
+	if res, err := onSuccessor(ctx, t, nil, err, func(nt *Table) ([]AppendResult, error) {
+		moved = true
 		return nt.AppendBatch(ctx, items)
-	}
-	if err != nil {
-		return nil, err
+	}); moved || err != nil {
+		return res, err
 	}
 	var unique []*Record
 	var pos []int

@@ -7,7 +7,7 @@
 // # Keys and incarnations
 //
 // A table's descriptor names its incarnation; every other object of the
-// table lives under <table>/<incarnation>/ (see package layout). A table
+// table lives under <table>/<incarnation>/ (see package keyspace). A table
 // dropped and created again is a new incarnation: it shares no key with the
 // old one, so a process still acting on the old incarnation (a paused
 // merge, a writer that has not noticed, a cached seal record) can only

@@ -154,7 +154,7 @@ func casHead(ctx context.Context, db *DB, inc keyspace.Inc, shard string, prev h
 	// proves that this swap did not happen.
 	uncertain := false
 	for attempt := 0; attempt < 4; attempt++ {
-		if err := db.point(ctx, "head:cas"); err != nil {
+		if err := db.point(ctx, hookHeadCAS); err != nil {
 			return head{}, err
 		}
 		a, err := db.store.Put(ctx, inc.Head(shard), bytes.NewReader(body), opts)

@@ -82,7 +82,7 @@ func (o *owner) renewLoop() {
 // renew extends the lease once. A renewal that fails for a transient
 // reason is retried at the next tick.
 func (o *owner) renew(ctx context.Context) error {
-	if err := o.db.point(ctx, "lease:renew"); err != nil {
+	if err := o.db.point(ctx, hookLeaseRenew); err != nil {
 		return err
 	}
 	rctx, cancel := o.db.rt.WithTimeout(ctx, o.db.cfg.LeaseDuration/4)

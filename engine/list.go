@@ -132,11 +132,7 @@ const maxExamined = 10000
 // appends and merges: rows are immutable and ordered by id.
 func (t *Table) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	page, err := t.list(ctx, opts)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.list(ctx, opts)
-	}
-	return page, err
+	return onSuccessor(ctx, t, page, err, func(nt *Table) (ListPage, error) { return nt.list(ctx, opts) })
 }
 
 func (t *Table) list(ctx context.Context, opts ListOptions) (ListPage, error) {
@@ -174,7 +170,7 @@ func (t *Table) list(ctx context.Context, opts ListOptions) (ListPage, error) {
 }
 
 func (t *Table) listSnapshot(ctx context.Context, version uint64, probe bool) (*snapshot, bool, error) {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return nil, false, err
 	}
 	if version > 0 {
@@ -257,12 +253,12 @@ const (
 func (t *Table) Scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 	cw := &countingWriter{w: w}
 	err := t.scan(ctx, cw, opts)
-	if cw.n == 0 {
-		var nt *Table
-		if nt, err = t.successor(ctx, err); nt != nil {
-			return nt.scan(ctx, w, opts)
-		}
+	if cw.n > 0 {
+		return err // part of the stream is written: no other incarnation can finish it
 	}
+	_, err = onSuccessor(ctx, t, struct{}{}, err, func(nt *Table) (struct{}, error) {
+		return struct{}{}, nt.scan(ctx, w, opts)
+	})
 	return err
 }
 
@@ -294,7 +290,7 @@ func (t *Table) scan(ctx context.Context, w io.Writer, opts ScanOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := t.db.point(ctx, "scan:snapshot"); err != nil {
+	if err := t.db.point(ctx, hookScanSnapshot); err != nil {
 		return err
 	}
 	sw := rowfile.NewStreamWriter(w, opts.WithPayloads)
@@ -420,15 +416,11 @@ type VersionInfo struct {
 // Versions lists the retained base versions, oldest first.
 func (t *Table) Versions(ctx context.Context) ([]VersionInfo, error) {
 	vs, err := t.versions(ctx)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.versions(ctx)
-	}
-	return vs, err
+	return onSuccessor(ctx, t, vs, err, func(nt *Table) ([]VersionInfo, error) { return nt.versions(ctx) })
 }
 
 func (t *Table) versions(ctx context.Context) ([]VersionInfo, error) {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return nil, err
 	}
 	_, vs, err := t.listVersions(ctx)

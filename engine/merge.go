@@ -1,3 +1,8 @@
+// The merge (doc.go, step 6): choosing the sealed generations to fold in
+// (sealing abandoned ones first), the compaction pick, building the data
+// files of the next base version, and committing it. Reclaim and retention
+// follow each pass (reclaim.go, retention.go).
+
 package engine
 
 import (
@@ -54,7 +59,7 @@ const maxCommitAttempts = 8
 // normal: the pass reloads and plans again from the winner's version, so no
 // row is merged twice.
 func (t *Table) Merge(ctx context.Context, opts MergeOptions) (MergeResult, error) {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return MergeResult{}, err
 	}
 	if err := t.mergeLock.Lock(ctx); err != nil {
@@ -88,7 +93,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		if attempt == maxCommitAttempts {
 			return res, fmt.Errorf("%w: merge of %s started over %d times in a row, the last because: %w", ErrMergerBusy, t.Name(), attempt, again)
 		}
-		if err := t.live(); err != nil {
+		if err := t.checkLive(); err != nil {
 			return res, err
 		}
 		reg, err := t.liveRegistry(ctx)
@@ -135,10 +140,10 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 			}
 			return res, err
 		}
-		if err := t.db.point(ctx, "merge:after-data"); err != nil {
+		if err := t.db.point(ctx, hookMergeAfterData); err != nil {
 			return res, err // a crash here leaves orphan data files
 		}
-		if err := t.live(); err != nil { // dropped meanwhile: stop here
+		if err := t.checkLive(); err != nil { // dropped meanwhile: stop here
 			t.deleteFiles(written)
 			return res, err
 		}
@@ -165,7 +170,7 @@ func (t *Table) merge(ctx context.Context, opts MergeOptions) (MergeResult, erro
 		// Readers learn of the new base from the registry, before any of
 		// the merged generations is reclaimed.
 		noteBase(ctx, t.db, t.keys, m.Version)
-		if err := t.db.point(ctx, "merge:after-commit"); err != nil {
+		if err := t.db.point(ctx, hookMergeAfterCommit); err != nil {
 			return res, err // a crash here leaves merged generations unreclaimed
 		}
 		break
@@ -244,35 +249,6 @@ func (t *Table) mergeCandidates(ctx context.Context, reg *registry, m *Manifest)
 		out = append(out, cs)
 	}
 	return out, sealedNow, nil
-}
-
-// sealAbandoned seals the open generation of a shard whose writer is gone:
-// if the merger can take the shard's lease, nobody owns the shard. Sealing
-// a live writer's generation would be safe (its next head swap fails, and
-// it starts a new generation), only wasteful; the lease keeps it rare.
-func (t *Table) sealAbandoned(ctx context.Context, shard string, h head) (head, bool, error) {
-	o, err := t.db.acquire(ctx, t.keys.ShardLease(shard), nil)
-	if errors.Is(err, objstore.ErrLeased) {
-		return h, false, nil // a live owner will seal it
-	}
-	if err != nil {
-		return h, false, err
-	}
-	defer o.release(ctx)
-	hs, err := casHead(ctx, t.db, t.keys, shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
-	if errors.Is(err, errHeadMoved) {
-		return h, false, nil // its writer is alive after all
-	}
-	if err != nil {
-		return h, false, err
-	}
-	if _, err := t.sealOf(ctx, shard, hs.Gen, hs.Segs); err != nil {
-		return hs, true, err
-	}
-	if err := setActive(ctx, t.db, t.keys, shard, h.Owner, 0, false, false); err != nil {
-		return hs, true, err
-	}
-	return hs, true, nil
 }
 
 // planMerge picks sealed generations, oldest seal first across shards but
@@ -504,195 +480,4 @@ func (t *Table) deleteFiles(keys []string) {
 	if err := t.db.store.DeleteMany(ctx, keys); err != nil {
 		t.db.cfg.Logger.Warn("deleting uncommitted files (the orphan sweep will retry)", "table", t.Name(), "err", err)
 	}
-}
-
-// reclaim deletes generations merged into a base version committed at least
-// ReclaimGrace ago. It needs no listing: per shard it walks down from the
-// watermark while seal records exist, then deletes those generations in
-// ascending order, each one's segments first and its seal record last (so
-// a reclaim that stops midway is found and finished by the next). Readers
-// that still hold such a generation get ErrNotFound and recover from the
-// base.
-func (t *Table) reclaim(ctx context.Context) ([]GenRef, error) {
-	cfg := t.db.cfg
-	entries, versions, err := t.listVersions(ctx)
-	if err != nil || len(versions) == 0 {
-		return nil, err
-	}
-	cutoff := t.db.rt.Now().Add(-cfg.ReclaimGrace)
-	idx := -1
-	for i := range entries {
-		if cfg.ReclaimGrace == 0 || !entries[i].LastModified.After(cutoff) {
-			idx = i
-		}
-	}
-	if idx < 0 {
-		return nil, nil
-	}
-	m, err := t.loadManifest(ctx, versions[idx])
-	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, nil // collected meanwhile; the next pass reclaims
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []GenRef
-	for _, shard := range sortedKeys(m.Watermarks) {
-		var gens []uint64
-		for g := m.Watermarks[shard]; g > 0; g-- {
-			_, err := t.db.store.Head(ctx, t.keys.Seal(shard, g))
-			if errors.Is(err, objstore.ErrNotFound) {
-				break
-			}
-			if err != nil {
-				return out, err
-			}
-			gens = append(gens, g)
-		}
-		for i := len(gens) - 1; i >= 0; i-- {
-			g := gens[i]
-			rec, err := t.loadSeal(ctx, shard, g)
-			if errors.Is(err, objstore.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return out, err
-			}
-			if err := t.db.store.DeleteMany(ctx, segmentKeys(t.keys, shard, g, uint64(len(rec.Segments)))); err != nil {
-				return out, err
-			}
-			if err := t.db.point(ctx, "merge:mid-reclaim"); err != nil {
-				return out, err
-			}
-			key := t.keys.Seal(shard, g)
-			if err := t.db.store.Delete(ctx, key); err != nil {
-				return out, err
-			}
-			t.db.seals.Remove(key)
-			t.db.stats.GensReclaimed.Add(1)
-			out = append(out, GenRef{Shard: shard, Gen: g})
-		}
-	}
-	return out, nil
-}
-
-// collectVersions deletes base versions beyond retention (the newest
-// RetainVersions, and any younger than RetainAge, are kept) and then the
-// data files only they referenced. Manifests go first, so a pinned read of
-// a collected version answers "gone" rather than finding half a version.
-func (t *Table) collectVersions(ctx context.Context) (versions, files int, err error) {
-	cfg := t.db.cfg
-	entries, vs, err := t.listVersions(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(vs) <= cfg.RetainVersions {
-		// All kept. (An object below the floor, a late merger's, is
-		// listed beside the RetainVersions the floor was raised for.)
-		return 0, 0, nil
-	}
-	reg, _, err := readRegistry(ctx, t.db, t.keys)
-	if err != nil {
-		return 0, 0, err
-	}
-	// The oldest version kept becomes the floor. What is below the floor
-	// already is collected whatever its age: an object there was created
-	// at a collected key by a merger that had lost its lease.
-	cutoff := t.db.rt.Now().Add(-cfg.RetainAge)
-	floor := vs[len(vs)-1]
-	for i := len(vs) - 1; i >= 0 && vs[i] >= reg.Floor && (i >= len(vs)-cfg.RetainVersions || entries[i].LastModified.After(cutoff)); i-- {
-		floor = vs[i]
-	}
-	floor = max(floor, reg.Floor)
-	if vs[0] >= floor {
-		return 0, 0, nil
-	}
-	// Recorded before the first delete: from then on every reader takes a
-	// version below the floor for collected, whatever is at its key.
-	newest := vs[len(vs)-1]
-	reg, err = updateRegistry(ctx, t.db, t.keys, func(r *registry) bool {
-		if r.Floor >= floor && r.Base >= newest {
-			return false
-		}
-		r.Floor, r.Base = max(r.Floor, floor), max(r.Base, newest)
-		return true
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("raising the collection floor to %d: %w", floor, err)
-	}
-	// Listed again: what is at or above the floor now is never deleted,
-	// so this listing holds every version whose files must stay (the first
-	// may predate versions committed, and collected by others, since).
-	_, vs, err = t.listVersions(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	var doomed []uint64
-	for _, v := range vs {
-		if v < reg.Floor {
-			doomed = append(doomed, v)
-		}
-	}
-	live, err := t.liveFiles(ctx, vs, doomed)
-	if err != nil {
-		return 0, 0, err
-	}
-	var dead []string
-	queued := map[string]bool{}
-	for _, v := range doomed {
-		m, err := t.loadManifest(ctx, v)
-		if err != nil && !errors.Is(err, objstore.ErrNotFound) {
-			return versions, files, err
-		}
-		if err := t.db.point(ctx, "collect:before-delete"); err != nil {
-			return versions, files, err
-		}
-		if err := t.db.store.Delete(ctx, t.keys.Version(v)); err != nil {
-			return versions, files, err
-		}
-		t.pinned.Remove(v)
-		versions++
-		t.db.stats.VersionsCollected.Add(1)
-		if m == nil {
-			continue
-		}
-		for _, f := range m.Files {
-			if !live[f.Name] && !queued[f.Name] {
-				queued[f.Name] = true
-				dk, ik, err := dataKeys(t.keys, f.Name)
-				if err != nil {
-					continue
-				}
-				dead = append(dead, dk, ik)
-				files++
-			}
-		}
-	}
-	t.db.stats.FilesCollected.Add(int64(files))
-	return versions, files, t.db.store.DeleteMany(ctx, dead)
-}
-
-// liveFiles returns the data files referenced by every version not doomed.
-func (t *Table) liveFiles(ctx context.Context, all, doomed []uint64) (map[string]bool, error) {
-	gone := map[uint64]bool{}
-	for _, v := range doomed {
-		gone[v] = true
-	}
-	live := map[string]bool{}
-	for _, v := range all {
-		if gone[v] {
-			continue
-		}
-		m, err := t.loadManifest(ctx, v)
-		if errors.Is(err, objstore.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range m.Files {
-			live[f.Name] = true
-		}
-	}
-	return live, nil
 }

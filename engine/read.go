@@ -23,19 +23,16 @@ type ReadOptions struct {
 }
 
 // maxRetries bounds how often a read retries after a file vanished under
-// it (invariant 6): a concurrent merge reclaims a generation at most once
-// per commit, so two retries against fresh snapshots suffice; a file
-// still missing after that is an error, not a loop.
+// it (docs/design.md, invariant 6): a concurrent merge reclaims a
+// generation at most once per commit, so two retries against fresh
+// snapshots suffice; a file still missing after that is an error, not a
+// loop.
 const maxRetries = 2
 
 // Get returns a row's metadata (payload bytes are not loaded).
 func (t *Table) Get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
 	rec, err := t.get(ctx, id, opts)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.get(ctx, id, opts)
-	}
-	return rec, err
+	return onSuccessor(ctx, t, rec, err, func(nt *Table) (*Record, error) { return nt.get(ctx, id, opts) })
 }
 
 func (t *Table) get(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
@@ -69,7 +66,7 @@ func (t *Table) get(ctx context.Context, id string, opts ReadOptions) (*Record, 
 // for the newest base, at most maxRetries times, counted in *attempts
 // across calls for one logical read.
 func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attempts *int, use func(context.Context, location) error) error {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return err
 	}
 	if opts.Version > 0 {
@@ -83,7 +80,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	var causes []error // every attempt's failure, reported together
 	if resident != nil && *attempts == 0 {
 		if loc, ok := resident.find(id); ok {
-			if err := t.db.point(ctx, "read:located"); err != nil {
+			if err := t.db.point(ctx, hookReadLocated); err != nil {
 				return err
 			}
 			err := use(ctx, loc)
@@ -115,7 +112,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 			st.ReadAbsent.Add(1)
 			return fmt.Errorf("%w: %q", ErrNotFound, id)
 		}
-		if err := t.db.point(ctx, "read:located"); err != nil {
+		if err := t.db.point(ctx, hookReadLocated); err != nil {
 			return err
 		}
 		err = use(ctx, loc)
@@ -143,9 +140,10 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	}
 }
 
-// withPinned reads from exactly one base version, once. The version must
-// still be retained when the read begins (in any process: the check is a
-// HEAD of its manifest, not this process's cache).
+// withPinned reads from exactly one base version, once (docs/design.md,
+// invariant 7). The version must still be retained when the read begins
+// (in any process: the check is a HEAD of its manifest, not this process's
+// cache).
 func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(context.Context, location) error) error {
 	s, err := t.pinnedSnapshot(ctx, v)
 	if err != nil {
@@ -156,7 +154,7 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 		t.db.stats.ReadAbsent.Add(1)
 		return fmt.Errorf("%w: %q in version %d", ErrNotFound, id, v)
 	}
-	if err := t.db.point(ctx, "read:located"); err != nil {
+	if err := t.db.point(ctx, hookReadLocated); err != nil {
 		return err
 	}
 	err = use(ctx, loc)
@@ -327,11 +325,7 @@ func (e *RangeError) Error() string {
 // or a conditional request needs before any byte is read.
 func (t *Table) Stat(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
 	rec, err := t.stat(ctx, id, opts)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.stat(ctx, id, opts)
-	}
-	return rec, err
+	return onSuccessor(ctx, t, rec, err, func(nt *Table) (*Record, error) { return nt.stat(ctx, id, opts) })
 }
 
 func (t *Table) stat(ctx context.Context, id string, opts ReadOptions) (*Record, error) {
@@ -381,11 +375,9 @@ func payloadRecord(loc location) *Record {
 // same offset, within the same bounded retries.
 func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
 	p, err := t.openPayload(ctx, id, offset, length, opts)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
+	return onSuccessor(ctx, t, p, err, func(nt *Table) (*Payload, error) {
 		return nt.openPayload(ctx, id, offset, length, opts)
-	}
-	return p, err
+	})
 }
 
 func (t *Table) openPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
@@ -405,7 +397,7 @@ func (t *Table) openPayload(ctx context.Context, id string, offset, length int64
 			}
 			p.Record, p.Offset, p.Length = rec, offset, n
 		}
-		if err := t.db.point(ctx, "read:row-read"); err != nil {
+		if err := t.db.point(ctx, hookReadRowRead); err != nil {
 			return err
 		}
 		if data, ok, err := t.cachedPayload(ctx, loc); err != nil {
@@ -427,7 +419,7 @@ func (t *Table) openPayload(ctx context.Context, id string, offset, length int64
 		if err != nil {
 			return err
 		}
-		if err := t.db.point(ctx, "read:payload-opened"); err != nil {
+		if err := t.db.point(ctx, hookPayloadOpened); err != nil {
 			rc.Close()
 			return err
 		}
@@ -531,11 +523,10 @@ func (p *Payload) reopen(ctx context.Context, cause error) error {
 	}
 	// Dropped under the read: what the table holds now is the answer, as
 	// for a read that began now (see successor).
-	nt, err := p.t.successor(ctx, err)
-	if nt != nil {
+	_, err = onSuccessor(ctx, p.t, struct{}{}, err, func(nt *Table) (struct{}, error) {
 		p.t = nt
-		return p.resume(ctx, nt, true)
-	}
+		return struct{}{}, p.resume(ctx, nt, true)
+	})
 	return err
 }
 
@@ -572,60 +563,4 @@ func (p *Payload) Close() error {
 		p.release = nil
 	}
 	return err
-}
-
-// lookupMany returns, for each record's id, the row a read beginning now
-// would return (nil when absent), sharing one refresh among all of them: a
-// batch append checks its ids in one round, not one refresh per row. It
-// also returns the snapshot it consulted last.
-func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, *snapshot, error) {
-	if err := t.live(); err != nil {
-		return nil, nil, err
-	}
-	out := make([]*Record, len(recs))
-	ticket := t.refresh.ticket()
-	var rest []int
-	resident := t.fresh()
-	for i, r := range recs {
-		if resident != nil {
-			if loc, ok := resident.find(r.ID); ok {
-				rec, err := t.readRow(ctx, loc)
-				if err == nil {
-					out[i] = rec
-					continue
-				}
-				if !errors.Is(err, objstore.ErrNotFound) {
-					return nil, nil, err
-				}
-			}
-		}
-		rest = append(rest, i)
-	}
-	if len(rest) == 0 {
-		return out, resident, nil
-	}
-	s, err := t.refreshed(ctx, ticket, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, i := range rest {
-		id := recs[i].ID
-		loc, ok := s.find(id)
-		if !ok {
-			continue
-		}
-		rec, err := t.readRow(ctx, loc)
-		if errors.Is(err, objstore.ErrNotFound) {
-			// Reclaimed since the refresh: the recovering path finds it.
-			rec, err = t.Get(ctx, id, ReadOptions{})
-			if errors.Is(err, ErrNotFound) {
-				continue
-			}
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		out[i] = rec
-	}
-	return out, s, nil
 }

@@ -345,7 +345,7 @@ func TestReview15bDropDescriptorReadFails(t *testing.T) {
 	if err := p.db.DropTable(ctx, "t"); !errors.Is(err, errBusy) {
 		t.Fatalf("drop: %v, want the read's failure", err)
 	}
-	if err := p.tb.live(); err != nil {
+	if err := p.tb.checkLive(); err != nil {
 		t.Fatalf("handle retired by a drop that did not happen: %v", err)
 	}
 	p.put("b", 10)

@@ -85,7 +85,7 @@ func (t *Table) writeSeal(ctx context.Context, shard string, gen uint64, segs []
 	if rec.Segments == nil {
 		rec.Segments = []sealedSegment{}
 	}
-	if err := t.db.point(ctx, "write:before-seal"); err != nil {
+	if err := t.db.point(ctx, hookBeforeSeal); err != nil {
 		return nil, err
 	}
 	body, err := json.Marshal(rec)

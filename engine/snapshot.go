@@ -255,8 +255,13 @@ type headResult struct {
 	err error
 }
 
+// buildSnapshot builds one view from cur (nil: the first view), in the
+// order refreshSnapshot's reasoning rests on: the registry and the heads of
+// every shard that may have acknowledged since cur, then the base, then the
+// layouts of the segments the heads newly count. A file found missing fails
+// it with objstore.ErrNotFound, and refreshSnapshot starts over.
 func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64, probeBase bool) (*snapshot, error) {
-	if err := t.live(); err != nil {
+	if err := t.checkLive(); err != nil {
 		return nil, err
 	}
 	db := t.db
@@ -269,82 +274,143 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 	// A first view probes for the base after reading the registry, whose
 	// hint names a version to probe from: no listing of the versions.
 	probeLate := cur == nil
+	known := cur.version()
 
-	// Round one, in parallel: the registry, the heads of the shards active
-	// in the registry as last read, and a probe for a newer base when due.
-	var early []string
+	first, err := t.refreshFirstRound(ctx, curReg, known, doProbe && !probeLate)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.point(ctx, hookRefreshAfterHeads); err != nil {
+		return nil, err
+	}
+	found := doProbe && !probeLate && first.probed != known
+	reg, probed, err := t.refreshRegistry(ctx, curReg, first, probeLate, found)
+	if err != nil {
+		return nil, err
+	}
+	got, err := t.refreshHeads(ctx, cur, curReg, reg, first)
+	if err != nil {
+		return nil, err
+	}
+
+	// The base: the newest of what cur had, what the registry names and
+	// what the probe found.
+	target := max(known, reg.Base, probed)
+	if err := db.point(ctx, hookRefreshBeforeBase); err != nil {
+		return nil, err
+	}
+	base, err := t.refreshBase(ctx, cur, known, target, probed)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.point(ctx, hookRefreshAfterBase); err != nil {
+		return nil, err
+	}
+
+	s := &snapshot{base: base, shards: map[string]*shardView{}, reg: reg, flight: flight, baseProbedAt: now, checkedAt: now}
+	if !doProbe {
+		s.baseProbedAt = cur.baseProbedAt
+	}
+	if err := t.loadPending(ctx, s, cur, got); err != nil {
+		return nil, err
+	}
+	s.account()
+	return s, nil
+}
+
+// firstRound is what a refresh's first round of requests found.
+type firstRound struct {
+	early    []string       // the shards active in the registry as last read
+	heads    []headResult   // their heads, in the same order
+	regAttrs objstore.Attrs // the registry's HEAD
+	probed   uint64         // the newest base version the probe found
+}
+
+// refreshFirstRound is a refresh's first round, in parallel: the registry's
+// HEAD, the heads of the shards active in the registry as last read
+// (curReg), and, with probe, a probe for a base version newer than known.
+func (t *Table) refreshFirstRound(ctx context.Context, curReg *registry, known uint64, probe bool) (firstRound, error) {
+	db := t.db
+	var r firstRound
 	if curReg != nil {
 		for _, name := range sortedKeys(curReg.Shards) {
 			if curReg.Shards[name].Active {
-				early = append(early, name)
+				r.early = append(r.early, name)
 			}
 		}
 	}
-	heads := make([]headResult, len(early))
-	var regAttrs objstore.Attrs
+	r.heads = make([]headResult, len(r.early))
 	var regErr, probeErr error
-	var probed uint64
-	known := cur.version()
-	n := 1 + len(early)
-	if doProbe && !probeLate {
+	n := 1 + len(r.early)
+	if probe {
 		n++
 	}
 	err := sched.Parallel(ctx, db.rt, n, 64, func(ctx context.Context, i int) error {
 		switch {
 		case i == 0:
-			regAttrs, regErr = db.store.Head(ctx, t.keys.Registry())
-		case i <= len(early):
-			heads[i-1].h, heads[i-1].err = readHead(ctx, db, t.keys, early[i-1])
+			r.regAttrs, regErr = db.store.Head(ctx, t.keys.Registry())
+		case i <= len(r.early):
+			r.heads[i-1].h, r.heads[i-1].err = readHead(ctx, db, t.keys, r.early[i-1])
 		default:
-			probed, probeErr = t.latestVersion(ctx, known)
+			r.probed, probeErr = t.latestVersion(ctx, known)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		// Parallel may return before every call did (a cancelled context):
+		// nothing they write is read.
+		return firstRound{}, err
 	}
 	if errors.Is(regErr, objstore.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
+		return r, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
 	}
 	if regErr != nil {
-		return nil, regErr
+		return r, regErr
 	}
-	if probeErr != nil {
-		return nil, probeErr
-	}
-	if err := db.point(ctx, "refresh:after-heads"); err != nil {
-		return nil, err
-	}
+	return r, probeErr
+}
+
+// refreshRegistry returns the registry as the refresh uses it (curReg, or
+// read again when its HEAD changed or the probe found another version) and
+// the base version found by the probe that is the table's (0 if none). A
+// first view (probeLate) probes for the newest version here, from the
+// registry's hint.
+func (t *Table) refreshRegistry(ctx context.Context, curReg *registry, first firstRound, probeLate, found bool) (*registry, uint64, error) {
 	reg := curReg
+	probed := first.probed
 	// A probe that found another version is checked against the
 	// collection floor as it is after the probe answered: a version found
 	// below it is a late merger's object at a collected key.
-	found := doProbe && !probeLate && probed != known
-	if reg == nil || regAttrs.ETag != reg.etag || found {
-		r, _, err := readRegistry(ctx, db, t.keys)
+	if reg == nil || first.regAttrs.ETag != reg.etag || found {
+		r, _, err := readRegistry(ctx, t.db, t.keys)
 		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
+			return nil, 0, fmt.Errorf("%w: %s has no registry", errDropped, t.Name())
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		reg = r
 	}
 	if reg.Dropped {
-		return nil, fmt.Errorf("%w: %s", errDropped, t.Name())
+		return nil, 0, fmt.Errorf("%w: %s", errDropped, t.Name())
 	}
 	if probeLate {
+		var err error
 		if probed, reg, err = t.newestVersion(ctx, reg.Base); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	} else if probed < reg.Floor {
 		probed = 0 // not the table's: the registry's base is the newest known
 	}
+	return reg, probed, nil
+}
 
-	// Every shard that may have acknowledged since cur was built.
+// refreshHeads returns the head of every shard that may have acknowledged
+// since cur was built: those the first round read, and those probed now.
+func (t *Table) refreshHeads(ctx context.Context, cur *snapshot, curReg, reg *registry, first firstRound) (map[string]headResult, error) {
 	got := map[string]headResult{}
-	for i, name := range early {
-		got[name] = heads[i]
+	for i, name := range first.early {
+		got[name] = first.heads[i]
 	}
 	// A shard that changed state (became active or idle) since cur's
 	// registry is probed again now, after the registry was read: a probe
@@ -359,8 +425,8 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		}
 	}
 	lateHeads := make([]headResult, len(late))
-	if err := sched.Parallel(ctx, db.rt, len(late), 64, func(ctx context.Context, i int) error {
-		lateHeads[i].h, lateHeads[i].err = readHead(ctx, db, t.keys, late[i])
+	if err := sched.Parallel(ctx, t.db.rt, len(late), 64, func(ctx context.Context, i int) error {
+		lateHeads[i].h, lateHeads[i].err = readHead(ctx, t.db, t.keys, late[i])
 		return nil
 	}); err != nil {
 		return nil, err
@@ -373,40 +439,35 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 			return nil, r.err
 		}
 	}
+	return got, nil
+}
 
-	// The base: the newest of what cur had, what the registry names and
-	// what the probe found.
-	target := max(known, reg.Base, probed)
-	if err := db.point(ctx, "refresh:before-base"); err != nil {
-		return nil, err
-	}
-	base := (*baseView)(nil)
+// refreshBase returns the view of base version target: cur's when it is
+// cur's version, else loaded. A target other than the probe's that was
+// collected meanwhile is replaced by the newest version listed.
+func (t *Table) refreshBase(ctx context.Context, cur *snapshot, known, target, probed uint64) (*baseView, error) {
 	if cur != nil && target == known {
-		base = cur.base
-	} else {
-		b, err := t.loadBase(ctx, target)
-		if errors.Is(err, objstore.ErrNotFound) && target != probed {
-			// The hinted version was collected meanwhile: a newer exists.
-			latest, lerr := t.listLatest(ctx)
-			if lerr != nil {
-				return nil, lerr
-			}
-			b, err = t.loadBase(ctx, latest)
-		}
-		if err != nil {
-			return nil, err
-		}
-		base = b
+		return cur.base, nil
 	}
-	if err := db.point(ctx, "refresh:after-base"); err != nil {
+	b, err := t.loadBase(ctx, target)
+	if errors.Is(err, objstore.ErrNotFound) && target != probed {
+		// The hinted version was collected meanwhile: a newer exists.
+		latest, lerr := t.listLatest(ctx)
+		if lerr != nil {
+			return nil, lerr
+		}
+		b, err = t.loadBase(ctx, latest)
+	}
+	if err != nil {
 		return nil, err
 	}
+	return b, nil
+}
 
-	// The shards: reuse what did not change, fetch what is new.
-	s := &snapshot{base: base, shards: map[string]*shardView{}, reg: reg, flight: flight, baseProbedAt: now, checkedAt: now}
-	if !doProbe {
-		s.baseProbedAt = cur.baseProbedAt
-	}
+// loadPending fills s.shards with the pending generations of every shard
+// cur had or the refresh probed: it reuses what did not change and fetches
+// (in parallel) the layouts the heads newly count.
+func (t *Table) loadPending(ctx context.Context, s, cur *snapshot, got map[string]headResult) error {
 	var fetches []func(ctx context.Context) error
 	var mu sync.Mutex
 	names := map[string]bool{}
@@ -419,18 +480,10 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 		names[name] = true
 	}
 	for _, name := range sortedKeys(names) {
-		wm := base.m.watermark(name)
+		wm := s.base.m.watermark(name)
 		var prev *shardView
 		if cur != nil {
 			prev = cur.shards[name]
-		}
-		old := map[uint64]*genView{}
-		if prev != nil {
-			for _, g := range prev.gens {
-				if g.gen > wm {
-					old[g.gen] = g
-				}
-			}
 		}
 		r, probedShard := got[name]
 		if !probedShard {
@@ -444,87 +497,124 @@ func (t *Table) buildSnapshot(ctx context.Context, cur *snapshot, flight uint64,
 			s.shards[name] = sv
 			continue
 		}
-		h := r.h // zero when the shard has no head yet
-		sv := &shardView{head: h}
+		sv := &shardView{head: r.h} // a zero head when the shard has none yet
 		s.shards[name] = sv
-		for g := wm + 1; g <= h.Gen; g++ {
-			if g == h.Gen && !h.Sealed && h.Segs == 0 {
-				break // claimed, nothing written yet: nothing pending
-			}
-			idx := len(sv.gens)
-			sv.gens = append(sv.gens, nil)
-			o := old[g]
-			sealed := g < h.Gen || h.Sealed
-			switch {
-			case o != nil && o.sealed:
-				sv.gens[idx] = o
-			case sealed:
-				gen, segs := g, h.Segs
-				headGen := g == h.Gen
-				fetches = append(fetches, func(ctx context.Context) error {
-					rec, err := t.loadSeal(ctx, name, gen)
-					if errors.Is(err, objstore.ErrNotFound) && headGen {
-						// The head is sealed but its record not written yet
-						// (its writer stopped in between): the head says
-						// how many segments to read.
-						var ss []sealedSegment
-						if ss, err = t.segmentLayouts(ctx, name, gen, 1, segs); err == nil {
-							rec = &sealRecord{Shard: name, Gen: gen, Segments: ss}
-						}
-					}
-					if err != nil {
-						return err
-					}
-					gv := newGenView(name, gen, true, segViews(t, name, gen, rec.Segments))
-					mu.Lock()
-					sv.gens[idx] = gv
-					mu.Unlock()
-					return nil
-				})
-			default: // the open generation
-				var have []segView
-				if o != nil {
-					have = o.segs
-				}
-				if uint64(len(have)) >= h.Segs {
-					sv.gens[idx] = newGenView(name, g, false, have[:h.Segs])
-					continue
-				}
-				gen, from, to := g, uint64(len(have))+1, h.Segs
-				if lay := h.countedLayout(); lay != nil {
-					// The segment the head counts last, as its writer
-					// encoded it: fetching it below finds it here.
-					db.layouts.Add(t.keys.Segment(name, gen, h.Segs), lay, lay.MemSize())
-				}
-				fetches = append(fetches, func(ctx context.Context) error {
-					ss, err := t.segmentLayouts(ctx, name, gen, from, to)
-					if err != nil {
-						return err
-					}
-					all := append(append([]segView(nil), have...), segViews(t, name, gen, ss)...)
-					gv := newGenView(name, gen, false, all)
-					mu.Lock()
-					sv.gens[idx] = gv
-					mu.Unlock()
-					return nil
-				})
+		fetches = append(fetches, t.pendingGens(name, sv, prev, wm, &mu)...)
+	}
+	return sched.Parallel(ctx, t.db.rt, len(fetches), 8, func(ctx context.Context, i int) error {
+		return fetches[i](ctx)
+	})
+}
+
+// pendingGens fills sv.gens with the generations of shard name from the
+// watermark wm + 1 up to sv.head: those prev holds are reused (a sealed
+// generation whole, the open one's segments), the rest are fetched by the
+// functions it returns, each of which fills its generation's slot under mu.
+func (t *Table) pendingGens(name string, sv, prev *shardView, wm uint64, mu *sync.Mutex) []func(ctx context.Context) error {
+	old := map[uint64]*genView{}
+	if prev != nil {
+		for _, g := range prev.gens {
+			if g.gen > wm {
+				old[g.gen] = g
 			}
 		}
 	}
-	if err := sched.Parallel(ctx, db.rt, len(fetches), 8, func(ctx context.Context, i int) error {
-		return fetches[i](ctx)
-	}); err != nil {
-		return nil, err
+	var fetches []func(ctx context.Context) error
+	h := sv.head
+	for g := wm + 1; g <= h.Gen; g++ {
+		if g == h.Gen && !h.Sealed && h.Segs == 0 {
+			break // claimed, nothing written yet: nothing pending
+		}
+		idx := len(sv.gens)
+		sv.gens = append(sv.gens, nil)
+		set := func(gv *genView) {
+			mu.Lock()
+			sv.gens[idx] = gv
+			mu.Unlock()
+		}
+		o := old[g]
+		sealed := g < h.Gen || h.Sealed
+		switch {
+		case o != nil && o.sealed:
+			sv.gens[idx] = o
+		case sealed:
+			fetches = append(fetches, t.fetchSealedGen(name, g, h, set))
+		default: // the open generation
+			if gv, fetch := t.openGen(name, g, h, o, set); fetch != nil {
+				fetches = append(fetches, fetch)
+			} else {
+				sv.gens[idx] = gv
+			}
+		}
 	}
+	return fetches
+}
+
+// fetchSealedGen returns the fetch of sealed generation gen of shard name:
+// its seal record, passed to set as a view.
+func (t *Table) fetchSealedGen(name string, gen uint64, h head, set func(*genView)) func(ctx context.Context) error {
+	segs := h.Segs
+	headGen := gen == h.Gen
+	return func(ctx context.Context) error {
+		rec, err := t.loadSeal(ctx, name, gen)
+		if errors.Is(err, objstore.ErrNotFound) && headGen {
+			// The head is sealed but its record not written yet
+			// (its writer stopped in between): the head says
+			// how many segments to read.
+			var ss []sealedSegment
+			if ss, err = t.segmentLayouts(ctx, name, gen, 1, segs); err == nil {
+				rec = &sealRecord{Shard: name, Gen: gen, Segments: ss}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		set(newGenView(name, gen, true, segViews(t, name, gen, rec.Segments)))
+		return nil
+	}
+}
+
+// openGen returns the view of the open generation gen of shard name, whose
+// head h counts h.Segs segments, when o (its view in the previous snapshot)
+// already holds them all; otherwise the fetch of the segments o lacks,
+// which passes the whole view to set.
+func (t *Table) openGen(name string, gen uint64, h head, o *genView, set func(*genView)) (*genView, func(ctx context.Context) error) {
+	db := t.db
+	var have []segView
+	if o != nil {
+		have = o.segs
+	}
+	if uint64(len(have)) >= h.Segs {
+		return newGenView(name, gen, false, have[:h.Segs]), nil
+	}
+	from, to := uint64(len(have))+1, h.Segs
+	if lay := h.countedLayout(); lay != nil {
+		// The segment the head counts last, as its writer
+		// encoded it: fetching it below finds it here.
+		db.layouts.Add(t.keys.Segment(name, gen, h.Segs), lay, lay.MemSize())
+	}
+	return nil, func(ctx context.Context) error {
+		ss, err := t.segmentLayouts(ctx, name, gen, from, to)
+		if err != nil {
+			return err
+		}
+		all := append(append([]segView(nil), have...), segViews(t, name, gen, ss)...)
+		set(newGenView(name, gen, false, all))
+		return nil
+	}
+}
+
+// account orders s's shards (the order of WAL lookups) and sums what s
+// holds.
+func (s *snapshot) account() {
 	s.names = sortedKeys(s.shards)
-	s.size = base.size + 256
+	s.size = s.base.size + 256
 	for _, name := range s.names {
 		for _, g := range s.shards[name].gens {
 			s.pendingGens++
 			s.size += g.size
 		}
 	}
-	return s, nil
 }
 
 func segViews(t *Table, shard string, gen uint64, ss []sealedSegment) []segView {
@@ -533,6 +623,23 @@ func segViews(t *Table, shard string, gen uint64, ss []sealedSegment) []segView 
 		out[i] = segView{seq: s.Seq, key: t.keys.Segment(shard, gen, s.Seq), layout: s.Layout}
 	}
 	return out
+}
+
+// install makes s the resident snapshot unless a newer one is already there.
+func (t *Table) install(s *snapshot) {
+	if t.retiredErr() != nil {
+		return
+	}
+	for {
+		cur := t.snap.Load()
+		if cur != nil && (cur.flight > s.flight) {
+			return
+		}
+		if t.snap.CompareAndSwap(cur, s) {
+			t.db.resident.Add(t, s, s.size)
+			return
+		}
+	}
 }
 
 // refresher deduplicates snapshot refreshes. A read must see every write

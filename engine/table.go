@@ -77,8 +77,9 @@ func (t *Table) retire(err error) {
 	}
 }
 
-// live returns the error of a retired handle.
-func (t *Table) live() error { return t.retiredErr() }
+// checkLive returns the error of a retired handle (nil while the handle's
+// incarnation is live).
+func (t *Table) checkLive() error { return t.retiredErr() }
 
 // successor returns the handle of the table's current incarnation when err
 // says t's incarnation was dropped and the table exists again (created
@@ -101,6 +102,19 @@ func (t *Table) successor(ctx context.Context, err error) (*Table, error) {
 		return nil, err
 	}
 	return nt, nil
+}
+
+// onSuccessor finishes a request that may have met t's dropped
+// incarnation: given what the request got on t (v, err), it returns what
+// retry answers on the table's current incarnation when err says t was
+// dropped and the table exists again (see successor); otherwise v and err,
+// or the failure to open the table again.
+func onSuccessor[T any](ctx context.Context, t *Table, v T, err error, retry func(nt *Table) (T, error)) (T, error) {
+	nt, err := t.successor(ctx, err)
+	if nt != nil {
+		return retry(nt)
+	}
+	return v, err
 }
 
 // noteGone retires the handle when err says the incarnation is gone.
@@ -164,23 +178,6 @@ func (t *Table) fresh() *snapshot {
 	return s
 }
 
-// install makes s the resident snapshot unless a newer one is already there.
-func (t *Table) install(s *snapshot) {
-	if t.retiredErr() != nil {
-		return
-	}
-	for {
-		cur := t.snap.Load()
-		if cur != nil && (cur.flight > s.flight) {
-			return
-		}
-		if t.snap.CompareAndSwap(cur, s) {
-			t.db.resident.Add(t, s, s.size)
-			return
-		}
-	}
-}
-
 func (t *Table) closeWriter(ctx context.Context) error {
 	t.wmu.Lock()
 	w := t.writer
@@ -227,11 +224,7 @@ func (t *Table) Refresh(ctx context.Context) error {
 // Status refreshes and reports the table's latest view.
 func (t *Table) Status(ctx context.Context) (Status, error) {
 	st, err := t.status(ctx)
-	nt, err := t.successor(ctx, err)
-	if nt != nil {
-		return nt.status(ctx)
-	}
-	return st, err
+	return onSuccessor(ctx, t, st, err, func(nt *Table) (Status, error) { return nt.status(ctx) })
 }
 
 func (t *Table) status(ctx context.Context) (Status, error) {
