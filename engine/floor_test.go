@@ -1,23 +1,214 @@
 package engine
 
-// Adversarial review, session 15c: the collection floor (registry Floor,
-// raised before retention deletes), pinned reads decided by the next
-// version's parent or the floor, and ensureSeal's answer from the
-// registry's base. Every interleaving is forced with pause points, faulty
-// rules or hooks; none depends on timing. Each test failed on the first
-// floor (a probe, a listing or a retention pass could still take a late
-// merger's object at a collected key for a version) and passes since every
-// discovery checks what it found against the floor read after it.
+// A version below the collection floor is collected, whatever object a
+// merger that lost its lease later creates at its free key (doc.go, step
+// 6). Every discovery of versions (a refresh's probe, a listing, a merge's
+// plan, a pinned read, a collector) checks what it found against the floor
+// read after it, or against the next version's parent, so no process takes
+// a late merger's object for the table's version and no collector deletes,
+// because of one, files a retained version references.
 
 import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
+
+// A merger that lost its lease commits a version number that was collected
+// meanwhile: its create-if-absent succeeds, the key being free. That object
+// is not the table's version: a pinned read of the number answers gone, as
+// it did before the late commit, never the late merger's rows; the versions
+// retained, and reads of the newest, are untouched.
+//
+//  1. x is sealed. M1 (no merger lease: two mergers) plans version 1 from
+//     the empty base, writes its data, and stalls before its commit.
+//  2. M2 merges x, then y, then z: versions 1, 2, 3; retention
+//     (RetainVersions 2) collects version 1.
+//  3. M1's commit lands at the free key of version 1 (x only), and M1
+//     crashes (its own retention would collect it again).
+//  4. A pinned read of version 1 answers ErrVersionGone; versions 2 and 3
+//     read back what they hold.
+func TestLateMergerAtACollectedVersion(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	w := newEnv(t, mem, testConfig("s0"))
+	walRow(t, w, "x", 1000)
+	cfg := testConfig("")
+	cfg.LeaseDuration = -1
+	f1 := faulty.New(mem)
+	t.Cleanup(f1.Reset)
+	m1 := newEnv(t, f1, cfg)
+	m2 := newEnv(t, mem, cfg)
+	held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
+	errCrash := errors.New("M1 crashes after its commit")
+	m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
+	m1Done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{}); return err })
+	mustWait(t, held)
+	m2.merge()
+	for _, id := range []string{"y", "z"} {
+		walRow(t, w, id, 1000)
+		m2.merge()
+	}
+	if _, err := mem.Head(ctx, m2.tb.keys.Version(1)); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("version 1 not collected: %v", err)
+	}
+	held.Release()
+	if err := <-m1Done; !errors.Is(err, errCrash) {
+		t.Fatalf("M1's merge: %v, want its crash after the commit", err)
+	}
+	if _, err := mem.Head(ctx, m2.tb.keys.Version(1)); err != nil {
+		t.Fatalf("the late merger's commit did not land at the collected key: %v", err)
+	}
+
+	for _, r := range []*env{newEnv(t, mem, testConfig("")), m2} {
+		if _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1}); !errors.Is(err, ErrVersionGone) {
+			t.Errorf("pinned read of collected version 1, after a late merger created its key: %v, want ErrVersionGone", err)
+		}
+		for v, want := range map[uint64][]string{2: {"x", "y"}, 3: {"x", "y", "z"}} {
+			for _, id := range want {
+				if _, err := r.tb.Get(ctx, id, ReadOptions{Version: v}); err != nil {
+					t.Errorf("pinned read of %s at version %d: %v", id, v, err)
+				}
+			}
+		}
+		if _, err := r.tb.Get(ctx, "z", ReadOptions{Version: 2}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("z at version 2: %v, want ErrNotFound", err)
+		}
+		r.mustRead("z", 1000)
+	}
+}
+
+// lateMergerAtCollected: M1 (no merger lease: two mergers) plans version 1
+// from the empty base with x and w2, writes its data and stalls before its commit;
+// x and w2 are two sealed generations. M2 merges x alone (version 1,
+// MaxBytes 1), then w2 with y, z, u (versions 2..4; RetainVersions 2
+// collects 1 and 2),
+// calling advance before each of y, z, u; then M1's create-if-absent of
+// version 1 lands at the free key. Unlike TestLateMergerAtACollectedVersion,
+// version 2 is collected too, so "version 2 names its parent" has nothing
+// to look at. setup configures M1 before its merge begins.
+func lateMergerAtCollected(t *testing.T, mem *memory.Bucket, cfg Config, advance func(), setup func(m1 *env)) error {
+	t.Helper()
+	wcfg := cfg
+	wcfg.Shard = "s0"
+	w := newEnv(t, mem, wcfg)
+	walRow(t, w, "x", 1000)
+	walRow(t, w, "w2", 1000) // a second generation: M1's version 1 holds it, the table's does not
+	mcfg := cfg
+	mcfg.LeaseDuration = -1
+	f1 := faulty.New(mem)
+	t.Cleanup(f1.Reset)
+	m1 := newEnv(t, f1, mcfg)
+	m2 := newEnv(t, mem, mcfg)
+	setup(m1)
+	held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
+	m1Done := await(func() error { _, err := m1.tb.Merge(context.Background(), MergeOptions{}); return err })
+	mustWait(t, held)
+	if _, err := m2.tb.Merge(context.Background(), MergeOptions{MaxBytes: 1}); err != nil { // version 1: x only
+		t.Fatal(err)
+	}
+	for _, id := range []string{"y", "z", "u"} {
+		advance()
+		walRow(t, w, id, 1000)
+		m2.merge()
+	}
+	for _, v := range []uint64{1, 2} {
+		if _, err := mem.Head(context.Background(), m2.tb.keys.Version(v)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("version %d not collected: %v", v, err)
+		}
+	}
+	held.Release()
+	err := <-m1Done
+	if _, herr := mem.Head(context.Background(), m2.tb.keys.Version(1)); errors.Is(herr, objstore.ErrNotFound) && err == nil {
+		return errLateCollected
+	} else if herr != nil {
+		t.Fatalf("M1's late commit is not at version 1's key (M1: %v): %v", err, herr)
+	}
+	return err
+}
+
+// errLateCollected: the late merger's own retention collected its object
+// at once (it is below the collection floor, whatever its age).
+var errLateCollected = errors.New("the late object was collected by its own merger's retention")
+
+// checkLateVersionGone: a process with no view yet reads pinned at the
+// collected version 1, whose key holds M1's late object; then versions 3
+// and 4 read back.
+func checkLateVersionGone(t *testing.T, mem *memory.Bucket, cfg Config) {
+	t.Helper()
+	ctx := context.Background()
+	r := newEnv(t, mem, cfg)
+	rec, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1})
+	if !errors.Is(err, ErrVersionGone) {
+		t.Errorf("fresh process, pinned read of collected version 1 (key re-created by a late merger, version 2 collected too): rec=%v err=%v, want ErrVersionGone", rec != nil, err)
+	}
+	if _, err := r.tb.Get(ctx, "w2", ReadOptions{Version: 1}); !errors.Is(err, ErrVersionGone) {
+		t.Errorf("w2 pinned at version 1: %v, want ErrVersionGone (the table's version 1 never held w2; M1's object does)", err)
+	}
+	for _, id := range []string{"x", "y", "z", "u"} {
+		if _, err := r.tb.Get(ctx, id, ReadOptions{Version: 4}); err != nil {
+			t.Errorf("%s at version 4: %v", id, err)
+		}
+	}
+	// Once the process has a view, the same read answers gone: the answer
+	// depends on whether the process had read before.
+	if _, err := r.tb.Get(ctx, "u", ReadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1}); !errors.Is(err, ErrVersionGone) {
+		t.Errorf("with a view: pinned read of version 1: %v, want ErrVersionGone", err)
+	}
+}
+
+// A late merger's object at a collected version's key, with the next
+// version collected too, is served to a process that has no view yet (or
+// one older than the pinned version): HEAD v+1 is missing, v > known, and
+// latestVersion(v) -- HEAD v present, HEAD v+1 missing -- answers v itself
+// ("the newest"), so the read loads the late object and serves its rows.
+//
+//  1. lateMergerAtCollected; M1 crashes right after its commit (before its
+//     own retention would collect the object again).
+//  2. A fresh process reads x pinned at version 1.
+//
+// Expected: ErrVersionGone. Observed: x, from M1's data file.
+func TestLateMergerObjectGoneForFreshReader(t *testing.T) {
+	errCrash := errors.New("M1 crashes after its commit")
+	mem := memory.New()
+	err := lateMergerAtCollected(t, mem, testConfig(""), func() {}, func(m1 *env) {
+		m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
+	})
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("M1: %v, want its crash", err)
+	}
+	checkLateVersionGone(t, mem, testConfig(""))
+}
+
+// The same with RetainAge > 0 and no crash: M1's own retention keeps its
+// late object (its LastModified is young, and retention keeps any version
+// younger than RetainAge), so it stays at version 1's key for RetainAge,
+// while the legitimate, older versions 2.. are collected by count.
+func TestLateMergerObjectKeptByAgeIsGone(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	cfg := testConfig("")
+	cfg.Runtime = sched.WithClock(clk.Now)
+	cfg.RetainAge = time.Hour
+	err := lateMergerAtCollected(t, mem, cfg, func() { clk.Advance(2 * time.Hour) }, func(*env) {})
+	if errors.Is(err, errLateCollected) {
+		err = nil // kept by nothing: below the floor
+	}
+	if err != nil {
+		t.Fatalf("M1's merge: %v", err)
+	}
+	checkLateVersionGone(t, mem, cfg)
+}
 
 // lateWithGap builds, on mem:
 //
@@ -93,7 +284,7 @@ func lateWithGap(t *testing.T, mem *memory.Bucket, between func(w *env)) {
 //
 // Expected: R's view is version 5 (the table's newest), and a pinned read
 // of version 2 (collected) answers ErrVersionGone.
-func TestReview15cRefreshProbeAdoptsLateObject(t *testing.T) {
+func TestRefreshProbeSkipsLateObject(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	fr := faulty.New(mem)
@@ -133,7 +324,7 @@ func TestReview15cRefreshProbeAdoptsLateObject(t *testing.T) {
 // the cached registry, base 1, is reused) in parallel with the probe; the
 // probe's HEAD of version 2 is held until after the collection and M1's
 // late commit.
-func TestReview15cRefreshProbeWithViewAdoptsLateObject(t *testing.T) {
+func TestRefreshProbeWithViewSkipsLateObject(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	fr := faulty.New(mem)
@@ -172,7 +363,7 @@ func TestReview15cRefreshProbeWithViewAdoptsLateObject(t *testing.T) {
 // Versions (the list/ListVersions API) lists every object under the
 // versions prefix: a late merger's object below the floor is reported as a
 // retained version, although every pinned read of it answers gone.
-func TestReview15cVersionsListsLateObjectBelowFloor(t *testing.T) {
+func TestVersionsOmitsLateObjectBelowFloor(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	lateWithGap(t, mem, func(*env) {})
@@ -192,6 +383,52 @@ func TestReview15cVersionsListsLateObjectBelowFloor(t *testing.T) {
 		if v < 4 {
 			t.Errorf("Versions lists %v: version %d is below the collection floor 4 (its pinned read answers ErrVersionGone)", got, v)
 		}
+	}
+}
+
+// A merge that read the registry (base 1) before a collection plans from
+// latestVersion(1), which walks into the collected range: HEAD 1 missing,
+// HEAD 2 a late merger's object, HEAD 3 missing -- so the merge takes M1's
+// late object as its base and commits z at key 3 (free: collected), a
+// version below the floor that its own retention deletes at once.
+//
+//  1. lateWithGap; between: w writes z (a sixth sealed generation, after
+//     M1 planned), and merger M3 starts: it reads the registry (base 1)
+//     and its HEAD of version 2 is held.
+//  2. M2 merges y1..y4 (versions 2..5, floor 4); M1's late commit at 2.
+//  3. M3's HEAD goes on.
+//
+// Expected: M3 plans from version 5 and commits z as version 6.
+func TestMergeNeverPlansFromLateObject(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	f3 := faulty.New(mem)
+	t.Cleanup(f3.Reset)
+	mcfg := testConfig("")
+	mcfg.LeaseDuration = -1
+	var m3 *env
+	var gate *faulty.Gate
+	var done chan error
+	var res MergeResult
+	lateWithGap(t, mem, func(w *env) {
+		walRow(t, w, "z", 1000)
+		m3 = newEnv(t, f3, mcfg)
+		gate = f3.Pause(faulty.OpHead, faulty.Before, faulty.Key(m3.tb.keys.Version(2)))
+		done = await(func() error { var err error; res, err = m3.tb.Merge(ctx, MergeOptions{}); return err })
+		mustWait(t, gate)
+	})
+	gate.Release()
+	err := <-done
+	if err != nil || res.Version != 6 {
+		t.Errorf("M3's merge: version %d (merged %v, versions collected %d), err %v; want z committed as version 6 (on the table's newest, 5)",
+			res.Version, res.Merged, res.VersionsCollected, err)
+	}
+	r := newEnv(t, mem, testConfig(""))
+	if _, err := r.tb.Get(ctx, "z", ReadOptions{}); err != nil {
+		t.Errorf("z: %v", err)
+	}
+	if st, err := r.tb.Status(ctx); err != nil || st.Version != 6 {
+		t.Errorf("status after M3: version %d, %v; want 6", st.Version, err)
 	}
 }
 
@@ -218,7 +455,7 @@ func TestReview15cVersionsListsLateObjectBelowFloor(t *testing.T) {
 //     object) and deletes the data files it names.
 //
 // Expected: x readable at the latest version and pinned at 6 (retained).
-func TestReview15cStaleCollectorDeletesRetainedFilesViaLateObject(t *testing.T) {
+func TestStaleCollectorKeepsFilesALateObjectNames(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := newEnv(t, mem, testConfig("s0"))
@@ -296,88 +533,13 @@ func TestReview15cStaleCollectorDeletesRetainedFilesViaLateObject(t *testing.T) 
 	}
 }
 
-// A merge that read the registry (base 1) before a collection plans from
-// latestVersion(1), which walks into the collected range: HEAD 1 missing,
-// HEAD 2 a late merger's object, HEAD 3 missing -- so the merge takes M1's
-// late object as its base and commits z at key 3 (free: collected), a
-// version below the floor that its own retention deletes at once.
-//
-//  1. lateWithGap; between: w writes z (a sixth sealed generation, after
-//     M1 planned), and merger M3 starts: it reads the registry (base 1)
-//     and its HEAD of version 2 is held.
-//  2. M2 merges y1..y4 (versions 2..5, floor 4); M1's late commit at 2.
-//  3. M3's HEAD goes on.
-//
-// Expected: M3 plans from version 5 and commits z as version 6.
-func TestReview15cMergePlansFromLateObject(t *testing.T) {
-	ctx := context.Background()
-	mem := memory.New()
-	f3 := faulty.New(mem)
-	t.Cleanup(f3.Reset)
-	mcfg := testConfig("")
-	mcfg.LeaseDuration = -1
-	var m3 *env
-	var gate *faulty.Gate
-	var done chan error
-	var res MergeResult
-	lateWithGap(t, mem, func(w *env) {
-		walRow(t, w, "z", 1000)
-		m3 = newEnv(t, f3, mcfg)
-		gate = f3.Pause(faulty.OpHead, faulty.Before, faulty.Key(m3.tb.keys.Version(2)))
-		done = await(func() error { var err error; res, err = m3.tb.Merge(ctx, MergeOptions{}); return err })
-		mustWait(t, gate)
-	})
-	gate.Release()
-	err := <-done
-	if err != nil || res.Version != 6 {
-		t.Errorf("M3's merge: version %d (merged %v, versions collected %d), err %v; want z committed as version 6 (on the table's newest, 5)",
-			res.Version, res.Merged, res.VersionsCollected, err)
-	}
-	r := newEnv(t, mem, testConfig(""))
-	if _, err := r.tb.Get(ctx, "z", ReadOptions{}); err != nil {
-		t.Errorf("z: %v", err)
-	}
-	if st, err := r.tb.Status(ctx); err != nil || st.Version != 6 {
-		t.Errorf("status after M3: version %d, %v; want 6", st.Version, err)
-	}
-}
-
-// A pinned read of the next version (3) racing its commit: the HEAD of 3
-// answers missing, then 3 is committed, then versionMissing finds latest
-// = 3 and answers "3 <= 3: gone" -- ErrVersionGone for a version that was
-// never collected (it did not exist when the read began, and is retained
-// now).
-func TestReview15cPinnedFutureVersionRacesCommit(t *testing.T) {
-	ctx := context.Background()
-	mem := memory.New()
-	w := twoVersions(t, mem)
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	r := newEnv(t, f, testConfig(""))
-	if _, err := r.tb.Get(ctx, "y", ReadOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
-	done := await(func() error { _, err := r.tb.Get(ctx, "z", ReadOptions{Version: 3}); return err })
-	mustWait(t, held)
-	walRow(t, w, "z", 1000)
-	w.merge() // version 3
-	held.Release()
-	err := <-done
-	if errors.Is(err, ErrVersionGone) {
-		t.Errorf("pinned read of version 3 racing its commit: %v; want ErrNoVersion (or z), never gone: 3 was never collected", err)
-	} else if err != nil && !errors.Is(err, ErrNoVersion) {
-		t.Errorf("pinned read of version 3: %v", err)
-	}
-}
-
 // A collector whose floor CAS lands with its answer lost recognises its
 // own write on the retry; a collector that crashes after raising the floor
 // and before deleting leaves versions below it in place: retained versions
 // (at and above the floor) stay readable pinned, the next merge's
 // retention finishes, and no registry writer (a writer's claim, noteBase)
 // lowers Floor or Base.
-func TestReview15cFloorCASLostAnswerAndCrashBeforeDelete(t *testing.T) {
+func TestFloorLostAnswerAndCrashBeforeDelete(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := twoVersions(t, mem)

@@ -1,5 +1,12 @@
 package engine
 
+// A shard has one writer at a time and a generation exactly one, fixed by
+// the head swap that claimed it (doc.go, steps 2 and 3). The lease keeps
+// live writers apart, but correctness rests on the head: a writer that
+// lost the shard (a zombie) acknowledges nothing more, and a segment it
+// writes is part of its generation exactly when a head swap counted it, so
+// an uncounted segment is never read.
+
 import (
 	"bytes"
 	"context"
@@ -7,24 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
-
-func leaseConfig(shard string, clk *objstoretest.Clock) Config {
-	cfg := testConfig(shard)
-	cfg.LeaseDuration = 15 * time.Second
-	cfg.Runtime = sched.WithClock(clk.Now)
-	return cfg
-}
-
-func appendID(tb *Table, id string) error {
-	_, err := tb.Append(context.Background(), Record{ID: id, RolloutID: "r"}, bytes.NewReader(payloadFor(id, 100)), 100)
-	return err
-}
 
 func TestShardLeaseExclusive(t *testing.T) {
 	clk := objstoretest.NewClock()
@@ -111,7 +105,7 @@ func TestWriterRecoversFromTransientSealFailure(t *testing.T) {
 // A segment put that was in flight when the writer lost its shard lands
 // after the new owner sealed the generation: it is not acknowledged, and
 // its rows never become visible.
-func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
+func TestZombieSegmentLandsInSealedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
@@ -151,60 +145,78 @@ func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
 	}
 }
 
-func TestMergerLeaseSingleton(t *testing.T) {
+// 1. A zombie's segment put lands after its generation was sealed by the
+// new owner, merged and reclaimed: the key is free again, so the put
+// succeeds, but no head ever counts it. The zombie must not acknowledge,
+// and the row must never be visible.
+func TestZombieSegmentLandsInReclaimedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
-	store := memory.New(memory.WithClock(clk.Now))
-	w := newEnv(t, store, leaseConfig("s0", clk))
-	w.put("x", 10)
-	if err := w.tb.Flush(context.Background()); err != nil {
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := newEnv(t, fb, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	m1 := newEnv(t, store, leaseConfig("", clk))
-	m2 := newEnv(t, store, leaseConfig("", clk))
-	gate := m1.hooks.Pause("merge:after-data")
-	done := make(chan error, 1)
-	go func() {
-		_, err := m1.tb.Merge(context.Background(), MergeOptions{})
-		done <- err
-	}()
-	if err := gate.Wait(waitCtx(t)); err != nil {
+	inFlight := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	late := await(func() error { return appendID(a.tb, "a2") })
+	mustWait(t, inFlight)
+	clk.Advance(16 * time.Second) // a's lease expired
+	b := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(b.tb, "b1"); err != nil { // takes the shard: seals a's generation as {a1}
 		t.Fatal(err)
 	}
-	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); !errors.Is(err, ErrMergerBusy) {
-		t.Fatalf("second merger: %v", err)
+	res := b.merge() // merges and (grace 0) reclaims that generation
+	if len(res.Reclaimed) == 0 {
+		t.Fatalf("nothing reclaimed: %+v", res)
 	}
-	gate.Release()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	inFlight.Release() // the zombie's put lands in the reclaimed generation
+	if err := <-late; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie's late append: %v, want ErrFenced", err)
 	}
-	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); err != nil {
-		t.Fatalf("merger after release: %v", err)
-	}
-	checkAll(t, m2.tb, map[string]int{"x": 10})
+	b.merge()
+	checkAll(t, b.tb, map[string]int{"a1": 100, "b1": 100})
+	checkAll(t, newEnv(t, mem, leaseConfig("", clk)).tb, map[string]int{"a1": 100, "b1": 100})
 }
 
-// A shard whose pod is gone keeps its generations mergeable: the merger
-// takes the free shard lease and seals the open generation.
-func TestMergerSealsAbandonedShard(t *testing.T) {
+// 6. A zombie's segment lands while the new owner is taking the shard: the
+// row is visible exactly when a head swap counted it. Here the zombie's
+// swap loses to the new owner's seal: the zombie is refused, the row is
+// never visible (so no identical retry is answered from it), and a retry
+// elsewhere writes it anew.
+func TestZombieSegmentNeverCountedRetryElsewhereWritesAnew(t *testing.T) {
 	clk := objstoretest.NewClock()
-	store := memory.New(memory.WithClock(clk.Now))
-	w := newEnv(t, store, leaseConfig("gone", clk))
-	for _, id := range []string{"a", "b"} {
-		if err := appendID(w.tb, id); err != nil {
-			t.Fatal(err)
-		}
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := newEnv(t, fb, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
 	}
-	w.hooks.Fail("lease:renew", errors.New("dead"), faulty.Always())
-	m := newEnv(t, store, leaseConfig("", clk))
-	if res, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil || res.Version != 0 {
-		t.Fatalf("merged a live writer's open generation: %+v %v", res, err)
+	landed := a.hooks.Pause("write:after-segment") // a2's segment is in the store, uncounted
+	late := await(func() error { return appendID(a.tb, "a2") })
+	if err := landed.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
 	}
-	clk.Advance(2 * time.Hour) // lease expired, generation older than GenMaxAge
-	res, err := m.tb.Merge(context.Background(), MergeOptions{})
-	if err != nil || res.Rows != 2 {
-		t.Fatalf("abandoned shard not merged: %+v %v", res, err)
+	clk.Advance(16 * time.Second)
+	b := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(b.tb, "b1"); err != nil { // seals a's generation at one segment
+		t.Fatal(err)
 	}
-	checkAll(t, m.tb, map[string]int{"a": 100, "b": 100})
+	reader := newEnv(t, mem, leaseConfig("", clk))
+	if _, err := reader.tb.Get(context.Background(), "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an uncounted segment's row is visible: %v", err)
+	}
+	other := newEnv(t, mem, leaseConfig("s1", clk))
+	res, err := other.tb.Append(context.Background(), Record{ID: "a2", RolloutID: "r"}, bytes.NewReader(payloadFor("a2", 100)), 100)
+	if err != nil || !res.Created {
+		t.Fatalf("retry on another shard: %+v %v", res, err)
+	}
+	landed.Release()
+	if err := <-late; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie's append: %v, want ErrFenced", err)
+	}
+	_ = other.tb.Flush(context.Background())
+	b.merge()
+	checkAll(t, reader.tb, map[string]int{"a1": 100, "a2": 100, "b1": 100})
 }
 
 // A segment that landed just before its writer lost the shard is part of
@@ -270,4 +282,40 @@ func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 			checkAll(t, r.tb, want)
 		})
 	}
+}
+
+// 8. The new owner never shares the zombie's generation: it seals the
+// zombie's generation and claims the next, so a segment of each lands in
+// its own generation and each writer's answer follows its own head swap.
+func TestNewOwnerTakesTheNextGeneration(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fa := faulty.New(mem)
+	a := newEnv(t, fa, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	aPut := fa.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	aLate := await(func() error { return appendID(a.tb, "a2") })
+	mustWait(t, aPut)
+	clk.Advance(16 * time.Second)
+	fb := faulty.New(mem)
+	b := newEnv(t, fb, leaseConfig("s0", clk))
+	bPut := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	bLate := await(func() error { return appendID(b.tb, "b1") })
+	mustWait(t, bPut)
+	aPut.Release() // a's segment lands in its own generation, after b sealed it
+	if err := <-aLate; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie: %v, want ErrFenced", err)
+	}
+	bPut.Release()
+	if err := <-bLate; err != nil {
+		t.Fatalf("the new owner: %v", err)
+	}
+	h, err := readHead(context.Background(), b.db, b.tb.keys, "s0")
+	if err != nil || h.Gen != 2 || h.Segs != 1 || h.Owner == "" {
+		t.Fatalf("head after the takeover: %+v %v", h, err)
+	}
+	b.merge()
+	checkAll(t, newEnv(t, mem, leaseConfig("", clk)).tb, map[string]int{"a1": 100, "b1": 100})
 }
