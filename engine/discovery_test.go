@@ -118,6 +118,8 @@ func TestDiscoveryGenerationSealedBetweenProbeAndLayout(t *testing.T) {
 	r.mustRead("b", 10)
 }
 
+// A reader whose resident snapshot is a version behind serves a hit from
+// it without a refresh; a miss refreshes and moves the snapshot on.
 func TestStaleHitServedWithoutRefreshMissRefreshes(t *testing.T) {
 	forStores(t, testStaleHitServedWithoutRefreshMissRefreshes, true)
 }
@@ -206,7 +208,7 @@ func TestDiscoveryRegistryCASLost(t *testing.T) {
 	}
 }
 
-// TestManyWritersRegisterAtOnce: writers of many shards starting together
+// Writers of many shards starting together
 // (a StatefulSet rolled) all register, whatever their collisions on the
 // registry's compare-and-swap, and every row is acknowledged and read back.
 func TestManyWritersRegisterAtOnce(t *testing.T) {
@@ -234,58 +236,23 @@ func TestManyWritersRegisterAtOnce(t *testing.T) {
 	checkAll(t, newEnv(t, fb, testConfig("")).tb, want)
 }
 
-// A new owner that was itself fenced while taking the shard removes its
-// successor from the registry, and readers stop probing a shard whose
-// writer keeps acknowledging: a read that starts after an acknowledgement
-// misses it (false 404).
+// A new owner that was itself fenced while taking the shard removes from
+// the registry only the writers that came before it, never its successor:
+// readers keep probing a shard whose writer keeps acknowledging, so a read
+// that starts after an acknowledgement finds it (doc.go, step 2).
 //
-//  1. A owns s0 (registry s0: [A]) and stalls; its lease lapses.
-//  2. B takes s0: registers ([A B]), seals A's generation 1, claims
-//     generation 2, and stalls just before its "only me" registry swap
-//     (recover's setActive(only=true)); its lease lapses too.
-//  3. C takes s0: registers ([A B C]), seals B's generation 2, claims
-//     generation 3, swaps the registry to [C], appends c1.
-//  4. B resumes: its "only me" swap is re-applied to the registry as C
-//     left it, giving [B]: C, the live owner, is no longer registered,
-//     while C still believes it is (w.active), so it never registers again.
-//  5. B's process shuts down cleanly (B never committed: its only append
-//     was an identical retry), and B leaves: s0 is idle in the registry.
-//  6. A reader builds its view (s0 idle), C acknowledges c2, and the
-//     reader's next read of c2 refreshes but does not probe s0 (idle and
-//     unchanged): ErrNotFound, until a merge moves c2 into the base.
-//
-// Invariant broken: a read that starts after an acknowledgement misses it.
-// Root cause: "a new owner, after fencing, removes the writers before it"
-// is implemented as "remove everyone but me", which also removes writers
-// that came after.
+//  1. fencedOwnersLateClaim: A, then B (held before its "only me" swap),
+//     then C take s0; C acknowledges c1; B's swap is applied to the
+//     registry as C left it, and must leave C registered.
+//  2. B's process shuts down cleanly (B never committed: its only append
+//     was an identical retry), and B leaves the registry.
+//  3. A reader builds its view, C acknowledges c2, and the reader's next
+//     reads of c2 (at once, and past ResidentMaxAge) find it.
 func TestFencedOwnerKeepsItsSuccessorRegistered(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-
-	a := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(16 * time.Second) // A's lease lapsed (A stalls)
-
-	fb := faulty.New(mem)
-	t.Cleanup(fb.Reset)
-	b := newEnv(t, fb, leaseConfig("s0", clk))
-	// B's second registry swap is recover's setActive(only=true).
-	held := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("_registry.json"), faulty.Skip(1))
-	bDone := await(func() error { return appendID(b.tb, "a1") }) // an identical retry: B commits nothing
-	mustWait(t, held)
-	clk.Advance(16 * time.Second) // B's lease lapsed while it stalls
-
-	c := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(c.tb, "c1"); err != nil {
-		t.Fatalf("C takes the shard: %v", err)
-	}
-	held.Release()
-	if err := <-bDone; err != nil {
-		t.Fatalf("B's identical retry: %v", err)
-	}
+	b, c := fencedOwnersLateClaim(t, mem, clk, func(*faulty.Bucket) {})
 	if err := b.db.Close(ctx); err != nil { // B leaves the registry
 		t.Fatal(err)
 	}
@@ -311,36 +278,20 @@ func TestFencedOwnerKeepsItsSuccessorRegistered(t *testing.T) {
 }
 
 // A fenced owner's late "only me" registry update, whose answer is lost,
-// races its successor's claim: the retry re-applies it to the registry as
-// the successor left it. The successor stays registered, so a reader
-// whose view saw the shard settle still probes it and finds every row the
-// successor acknowledges afterwards.
+// races its successor's claim (fencedOwnersLateClaim): the retry
+// re-applies it to the registry as the successor left it. The successor
+// stays registered, so a reader whose view saw the shard settle still
+// probes it and finds every row the successor acknowledges afterwards.
 func TestFencedOwnersLateClaimWithLostAnswerKeepsSuccessor(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-	a := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(16 * time.Second)
-	fb := faulty.New(mem)
-	t.Cleanup(fb.Reset)
-	b := newEnv(t, fb, leaseConfig("s0", clk))
-	// B's second registry swap is recover's claim (only=true).
-	held := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("_registry.json"), faulty.Skip(1))
-	lost := fb.LoseResponse(faulty.OpPut, faulty.KeyContains("_registry.json"), errors.New("connection reset"), faulty.Skip(1))
-	bDone := await(func() error { return appendID(b.tb, "a1") })
-	mustWait(t, held)
-	clk.Advance(16 * time.Second)
-	c := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(c.tb, "c1"); err != nil {
-		t.Fatal(err)
-	}
-	held.Release() // fails its condition (C moved the registry), then lands with its answer lost
-	if err := <-bDone; err != nil {
-		t.Fatalf("B: %v", err)
-	}
+	// B's held claim fails its condition (C moved the registry), then
+	// lands with its answer lost.
+	var lost *faulty.Rule
+	b, c := fencedOwnersLateClaim(t, mem, clk, func(fb *faulty.Bucket) {
+		lost = fb.LoseResponse(faulty.OpPut, faulty.KeyContains("_registry.json"), errors.New("connection reset"), faulty.Skip(1))
+	})
 	if lost.Fired() != 1 {
 		t.Fatalf("B's late claim lost %d answers, want 1", lost.Fired())
 	}

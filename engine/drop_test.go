@@ -26,6 +26,9 @@ import (
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
+// A drop is seen by every process: the dropping process's writer and
+// another process's reader answer ErrTableNotFound; the drop leaves only
+// its tombstones, which CollectDropped removes.
 func TestDropSeenByOtherProcess(t *testing.T) {
 	store := memory.New()
 	a := newEnv(t, store, testConfig("s0"))
@@ -61,8 +64,8 @@ func TestDropSeenByOtherProcess(t *testing.T) {
 	}
 }
 
-// 2. A drop by another process must not leave this process's writer
-// holding the shard: the re-created table takes writes at once from any
+// A drop by another process does not leave this process's writer holding
+// the shard: the re-created table takes writes at once from any
 // process, and this process's next write reaches the new table.
 func TestRemoteDropReleasesTheWriter(t *testing.T) {
 	clk := objstoretest.NewClock()
@@ -73,12 +76,7 @@ func TestRemoteDropReleasesTheWriter(t *testing.T) {
 	}
 	ctx := context.Background()
 	p2 := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := p2.db.DropTable(ctx, "t"); err != nil {
-		t.Fatalf("drop while another process writes: %v", err)
-	}
-	if err := p2.db.CreateTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
+	dropAndCreate(t, p2.db)
 	// The shard is free in the new incarnation: p2 writes to it at once.
 	tb2, err := p2.db.Table(ctx, "t")
 	if err != nil {
@@ -102,12 +100,10 @@ func TestRemoteDropReleasesTheWriter(t *testing.T) {
 	checkAll(t, r.tb, map[string]int{"y": 100, "z": 100})
 }
 
-// A drop read the descriptor, saw its own incarnation, and deleted the
-// descriptor without a condition. A create that landed in between (it
-// replaces the descriptor of the tombstoned incarnation, as CreateTable
-// does for a drop that has not finished) had its descriptor deleted by the
-// drop: the created table, and every row acknowledged to it, was gone. The
-// drop now deletes the descriptor it read only (DeleteIfMatch).
+// A drop deletes the descriptor it read only (DeleteIfMatch): a create
+// that lands between the drop's read and its delete (it replaces the
+// descriptor of the tombstoned incarnation, as CreateTable does for a drop
+// that has not finished) keeps its table and every row acknowledged to it.
 //
 //  1. P1 drops t (incarnation I1): tombstones the registry and heads,
 //     reads the descriptor (names I1) ... and stalls before its Delete.
@@ -115,17 +111,14 @@ func TestRemoteDropReleasesTheWriter(t *testing.T) {
 //     tombstone, so P2 replaces it (If-Match) with I2: success.
 //  3. P2 appends x: acknowledged.
 //  4. P1's conditional delete of the descriptor fails: I2 stays, x reads
-//     back. (Before: it deleted I2's descriptor, every process answered
-//     ErrTableNotFound, and CollectDropped would delete x.)
+//     back in every process (and CollectDropped leaves it).
 func TestDropKeepsATableCreatedMeanwhile(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	seed := newEnv(t, mem, testConfig("s0"))
 	seed.put("old", 10)
 
-	f1 := faulty.New(mem)
-	t.Cleanup(f1.Reset)
-	p1 := newEnv(t, f1, testConfig(""))
+	p1, f1 := faultyEnv(t, mem, testConfig(""))
 	p2 := newEnv(t, mem, testConfig("s1"))
 	created := false
 	f1.Hook(faulty.OpDelete, faulty.Before, faulty.KeyContains("_table.json"), func(context.Context, string) error {
@@ -152,11 +145,7 @@ func TestDropKeepsATableCreatedMeanwhile(t *testing.T) {
 	if !created {
 		t.Fatal("the create did not run between the drop's read and delete of the descriptor")
 	}
-	r, err := Open(mem, testConfig(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close(ctx) })
+	r := openDB(t, mem, testConfig(""))
 	tb, err := r.Table(ctx, "t")
 	if err != nil {
 		t.Fatalf("P2's CreateTable succeeded and x was acknowledged, yet the table is gone: %v", err)
@@ -170,8 +159,8 @@ func TestDropKeepsATableCreatedMeanwhile(t *testing.T) {
 // Two drops of one incarnation, with a create landing between them: P1
 // read the descriptor (I1) and fenced I1, then stalls; P2 drops I1 to the
 // end; P3 creates t (I2, a plain create-if-absent: the name was free) and
-// acknowledges x; P1 resumes: its conditional delete must leave I2's
-// descriptor, and its delete of I1's objects must not touch I2's.
+// acknowledges x; P1 resumes: its conditional delete leaves I2's
+// descriptor, and its delete of I1's objects does not touch I2's.
 func TestTwoDropsAndACreateBetween(t *testing.T) {
 	forStores(t, func(t *testing.T, sc storeCase) {
 		ctx := context.Background()
@@ -219,24 +208,15 @@ func TestTwoDropsAndACreateBetween(t *testing.T) {
 }
 
 // A drop through a process whose handle is of an incarnation another
-// process already dropped (and created again) dropped the dead incarnation
-// only and reported success, while the table it was asked to drop stayed
-// with its rows. The drop now drops the incarnation the descriptor names.
+// process already dropped (and created again) drops the incarnation the
+// descriptor names, the table as it is now, not the dead one it cached: a
+// drop that reports success leaves no table behind.
 func TestDropThroughStaleHandleDropsTheCurrentTable(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	p1 := newEnv(t, mem, testConfig("")) // caches its handle of I1
 	p2 := newEnv(t, mem, testConfig("s0"))
-	if err := p2.db.DropTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p2.db.CreateTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	tb2, err := p2.db.Table(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb2 := recreateTable(t, p2.db)
 	if err := appendID(tb2, "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -244,11 +224,7 @@ func TestDropThroughStaleHandleDropsTheCurrentTable(t *testing.T) {
 		t.Fatal("not a new incarnation")
 	}
 	derr := p1.db.DropTable(ctx, "t")
-	r, err := Open(mem, testConfig(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close(ctx) })
+	r := openDB(t, mem, testConfig(""))
 	if derr != nil {
 		t.Fatalf("drop through the stale handle: %v", derr)
 	}
@@ -257,46 +233,25 @@ func TestDropThroughStaleHandleDropsTheCurrentTable(t *testing.T) {
 	}
 }
 
-// A drop whose registry tombstone lands but whose answer is lost reports
-// failure, yet leaves the table dropped in every way that matters: reads
-// of acknowledged rows answer "table not found", and the next
-// "create if absent" replaces the table, losing its rows.
-//
-//  1. x is acknowledged.
-//  2. DropTable swaps the registry to its tombstone: the swap lands, the
-//     answer is lost (connection reset). tombstone() retries only on
-//     ErrPrecondition, so DropTable returns an error: the caller is told
-//     the table was not dropped. The heads and the descriptor are left.
-//  3. A read of x (another process) meets the tombstoned registry:
-//     ErrTableNotFound, although the drop failed.
-//  4. A client that "ensures the table exists" (CreateTable, ignoring
-//     ErrTableExists) instead replaces it (the incarnation counts as
-//     dropped): x is gone.
-//
-// Invariant broken: an acknowledged append is not readable (the drop
-// that would excuse it reported failure). Fix: treat any non-definitive
-// failure of the tombstone swap like a lost answer (re-read; if the
-// registry is the tombstone, carry on with the heads and the descriptor),
-// so a drop that began either completes or is retried idempotently.
+// A drop whose registry tombstone lands but whose answer is lost (a
+// connection reset) never half-drops the table: either it completes and
+// reports success (the test has nothing more to check), or it reports
+// failure and the table is whole: another process reads the acknowledged
+// x, and a CreateTable ("ensure the table exists") answers ErrTableExists
+// instead of replacing it.
 func TestDropLostTombstoneAnswerNeverHalfDrops(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := newEnv(t, mem, testConfig("s0"))
 	w.put("x", 10)
 
-	fa := faulty.New(mem)
-	t.Cleanup(fa.Reset)
-	admin := newEnv(t, fa, testConfig(""))
+	admin, fa := faultyEnv(t, mem, testConfig(""))
 	fa.LoseResponse(faulty.OpPut, faulty.KeyContains("_registry.json"), errors.New("connection reset"))
 	derr := admin.db.DropTable(ctx, "t")
 	if derr == nil {
 		t.Skip("the drop reported success: nothing to show")
 	}
-	rdb, err := Open(mem, testConfig(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close(ctx) })
+	rdb := openDB(t, mem, testConfig(""))
 	tb, err := rdb.Table(ctx, "t")
 	if err != nil {
 		t.Fatalf("after a failed drop: %v", err)
@@ -310,19 +265,16 @@ func TestDropLostTombstoneAnswerNeverHalfDrops(t *testing.T) {
 }
 
 // A drop whose conditional delete of the descriptor lands but whose answer
-// is lost: the drop reports the failure; a create meanwhile (by another
-// process) is untouched by the drop's retry only if the caller does not
-// retry -- a retried drop drops whatever table is current, as asked. Here:
-// no create; the retry answers ErrTableNotFound (the table is gone), and a
-// create afterwards works; CollectDropped removes what the first drop left.
+// is lost reports the failure. A retried drop drops whatever table is
+// current, as asked; here nothing was created meanwhile, so the retry
+// answers ErrTableNotFound (the table is gone), a create afterwards works,
+// and CollectDropped removes what the first drop left.
 func TestDropLostDescriptorDeleteAnswer(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	seed := newEnv(t, mem, testConfig("s0"))
 	seed.put("old", 10)
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	p := newEnv(t, f, testConfig(""))
+	p, f := faultyEnv(t, mem, testConfig(""))
 	errLost := errors.New("answer lost")
 	lost := f.LoseResponse(faulty.OpDelete, faulty.KeyContains("_table.json"), errLost)
 	if err := p.db.DropTable(ctx, "t"); !errors.Is(err, errLost) {
@@ -354,9 +306,7 @@ func TestDropLostDescriptorDeleteAnswer(t *testing.T) {
 func TestDropWhoseDescriptorReadFailsDoesNothing(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	p := newEnv(t, f, testConfig("s0"))
+	p, f := faultyEnv(t, mem, testConfig("s0"))
 	p.put("a", 10)
 	errBusy := errors.New("throttled")
 	f.Fail(faulty.OpGet, faulty.KeyContains("_table.json"), errBusy)
@@ -385,11 +335,7 @@ func TestCollectDroppedSparesATableCreatedMeanwhile(t *testing.T) {
 	}
 	fb := faulty.New(mem)
 	t.Cleanup(fb.Reset)
-	c, err := Open(fb, testConfig(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(ctx) })
+	c := openDB(t, fb, testConfig(""))
 	var created *env
 	fb.Hook(faulty.OpList, faulty.Before, faulty.Key("t/"), func(context.Context, string) error {
 		// The descriptor was read (none: dropped); t is created again now.
@@ -417,16 +363,8 @@ func TestSlowCreateLosingItsRegistryFails(t *testing.T) {
 	fb := faulty.New(mem)
 	t.Cleanup(fb.Reset)
 	cfg := leaseConfig("s0", clk)
-	db, err := Open(fb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close(ctx) })
-	other, err := Open(mem, leaseConfig("", clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close(ctx) })
+	db := openDB(t, fb, cfg)
+	other := openDB(t, mem, leaseConfig("", clk))
 	fb.Hook(faulty.OpPut, faulty.Before, faulty.KeyContains("_table.json"), func(context.Context, string) error {
 		clk.Advance(cfg.OrphanGrace + time.Minute) // the create stalls
 		if _, err := other.CollectDropped(ctx, cfg.OrphanGrace); err != nil {
@@ -452,8 +390,8 @@ func TestSlowCreateLosingItsRegistryFails(t *testing.T) {
 // A new owner seals its predecessor's generation, reading the segments to
 // build the seal record, while another process drops the table and deletes
 // them: the append that took the shard answers with the drop
-// (ErrTableNotFound), never the store's bare not-found (found by the
-// simulator: seeds 12578, 13386 and 24576 of a 100,000-seed soak).
+// (ErrTableNotFound), never the store's bare not-found. Simulator seeds
+// 12578, 13386 and 24576 found this.
 func TestSealMeetingADropAnswersTheDrop(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
@@ -463,9 +401,7 @@ func TestSealMeetingADropAnswersTheDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(16 * time.Second) // A stalls; its lease lapses
-	fb := faulty.New(mem)
-	t.Cleanup(fb.Reset)
-	b := newEnv(t, fb, leaseConfig("s0", clk))
+	b, fb := faultyEnv(t, mem, leaseConfig("s0", clk))
 	dropper := newEnv(t, mem, leaseConfig("", clk))
 	dropped := false
 	fb.Hook(faulty.OpGetRange, faulty.Before, faulty.KeyContains("/wal/s0/"), func(context.Context, string) error {
@@ -486,9 +422,9 @@ func TestSealMeetingADropAnswersTheDrop(t *testing.T) {
 	}
 }
 
-// 7. A merge paused across a drop and a re-create commits into the dead
-// incarnation's key space; it cannot touch the new table's versions or
-// generations.
+// A merge paused after writing its data, across a drop and a re-create,
+// commits into the dead incarnation's key space (or notices the drop); it
+// cannot touch the new table's versions or generations.
 func TestMergePausedAfterDataAcrossDropAndRecreate(t *testing.T) {
 	store := memory.New()
 	old := newEnv(t, store, testConfig("s0"))
@@ -498,14 +434,8 @@ func TestMergePausedAfterDataAcrossDropAndRecreate(t *testing.T) {
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	admin := newEnv(t, store, testConfig(""))
-	if err := admin.db.DropTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.db.CreateTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
+	dropAndCreate(t, admin.db)
 	w := newEnv(t, store, testConfig("s1"))
 	walRow(t, w, "new1", 10)
 	walRow(t, w, "new2", 20<<10)
@@ -530,12 +460,7 @@ func TestMergePausedInReclaimAcrossDropAndRecreate(t *testing.T) {
 	done := await(func() error { _, err := m.tb.Merge(ctx, MergeOptions{}); return err })
 	mustWait(t, gate)
 	admin := newEnv(t, mem, testConfig(""))
-	if err := admin.db.DropTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.db.CreateTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
+	dropAndCreate(t, admin.db)
 	w2 := newEnv(t, mem, testConfig("s1"))
 	w2.put("new1", 1000)
 	walRow(t, w2, "new2", 20<<10)
@@ -558,7 +483,7 @@ func TestMergePausedInReclaimAcrossDropAndRecreate(t *testing.T) {
 	}
 }
 
-// 9. A merger's handle from before a drop and re-create neither merges
+// A merger's handle from before a drop and re-create neither merges
 // the new table with what it cached of the old one nor loses its rows.
 func TestStaleMergerHandleAfterRecreate(t *testing.T) {
 	store := memory.New()
@@ -569,16 +494,7 @@ func TestStaleMergerHandleAfterRecreate(t *testing.T) {
 		t.Fatalf("first merge: %+v %v", res, err)
 	}
 	ctx := context.Background()
-	if err := w.db.DropTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.db.CreateTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	w2, err := w.db.Table(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := recreateTable(t, w.db)
 	for _, id := range []string{"p", "q"} {
 		if _, err := w2.Append(ctx, Record{ID: id, RolloutID: "r-" + id, Sequence: 1}, bytes.NewReader(payloadFor(id, 10)), 10); err != nil {
 			t.Fatal(err)
@@ -601,8 +517,9 @@ func TestStaleMergerHandleAfterRecreate(t *testing.T) {
 	checkAll(t, tb, map[string]int{"p": 10, "q": 10})
 }
 
-// A table dropped and created again reuses WAL keys; another process must
-// neither serve the old incarnation's cached rows nor miss the new ones.
+// A table dropped and created again: another process neither serves the
+// old incarnation's cached rows nor misses the new ones, through its old
+// handle or a new one.
 func TestRecreatedTableNotServedFromStaleCache(t *testing.T) {
 	store := memory.New()
 	w := newEnv(t, store, testConfig("s0"))
@@ -610,16 +527,7 @@ func TestRecreatedTableNotServedFromStaleCache(t *testing.T) {
 	w.put("x", 10)
 	r.mustRead("x", 10) // r caches the layout of t/wal/s0/…1/…0.arrow
 	ctx := context.Background()
-	if err := w.db.DropTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.db.CreateTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	w2tb, err := w.db.Table(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2tb := recreateTable(t, w.db)
 	if _, err := w2tb.Append(ctx, Record{ID: "y", RolloutID: "r"}, bytes.NewReader(payloadFor("y", 10)), 10); err != nil {
 		t.Fatal(err)
 	}
@@ -687,8 +595,7 @@ func TestPayloadReadAcrossDrop(t *testing.T) {
 // A read whose retries run out because a drop deleted the incarnation's
 // files under it answers with the drop, never ErrMissingFile (a 500): the
 // last attempt fails after the drop, on a snapshot refreshed before it.
-// Found by the simulator (seed 507024 of a 20,000-seed soak) for a payload
-// body that failed mid-stream until its retries were spent.
+// Simulator seed 507024 found this (a body failing mid-stream).
 func TestRetriesSpentByADropAnswerTheDrop(t *testing.T) {
 	for _, midStream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mid-stream=%v", midStream), func(t *testing.T) {
@@ -728,10 +635,11 @@ func TestRetriesSpentByADropAnswerTheDrop(t *testing.T) {
 	}
 }
 
-// A pinned read through a handle opened before a drop keeps serving the
-// dropped incarnation after the table was created again, for as long as the
-// dropped incarnation's manifest survives (until CollectDropped, when the
-// drop stopped after its tombstones).
+// A pinned read through a handle opened before a drop never serves the
+// dropped incarnation once the table was created again, even while the
+// dropped incarnation's manifest survives (the drop stopped after its
+// tombstones; CollectDropped has not run): version 1 of the table as it
+// is now does not exist.
 //
 //  1. A table with x is merged into version 1; reader R reads x pinned
 //     at version 1 (R's handle is the first incarnation).
@@ -740,15 +648,8 @@ func TestRetriesSpentByADropAnswerTheDrop(t *testing.T) {
 //     the incarnation's objects.
 //  3. The table is created again (the dropped incarnation's descriptor
 //     is replaced): empty.
-//  4. Long after (beyond ResidentMaxAge), R reads x pinned at version 1:
-//     the pinned path only HEADs the old incarnation's manifest (still
-//     there) and never checks the registry or the descriptor, so it
-//     returns the dropped row. db.Table in R's process also hands back the
-//     same stale handle.
-//
-// Invariant broken: a dropped table's rows are visible after a re-create
-// beyond ResidentMaxAge (and invariant 7: version 1 of the table as it is
-// now does not exist).
+//  4. Beyond ResidentMaxAge, R reads x pinned at version 1, through the
+//     handle db.Table gives it: not the dropped row.
 func TestPinnedReadNeverServesADroppedIncarnation(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
@@ -786,24 +687,17 @@ func TestPinnedReadNeverServesADroppedIncarnation(t *testing.T) {
 	}
 }
 
-// A pinned read through a handle of a dropped incarnation answers "version
-// does not exist" for a version the table as it is now has committed, when
-// one HEAD of the descriptor fails transiently. (Simulator seed 210314.)
+// A pinned read through a handle of a dropped incarnation, of a version
+// the table as it is now has committed, never answers a definitive "no
+// such version" (ErrNoVersion, ErrNotFound, ErrVersionGone) because one
+// HEAD of the descriptor fails transiently: a failed descriptor check is
+// not read as "not dropped". Simulator seed 210314 found this.
 //
 //  1. R opens the table (incarnation I1). The table is dropped and created
 //     again (I2), and I2 commits version 1 holding x.
-//  2. R reads x pinned at version 1: the HEAD of I1's manifest 1 is
-//     missing, so versionMissing checks the descriptor; that HEAD fails
-//     (throttled), which checkDescriptor reports as "still current" ("a
-//     transient failure proves nothing").
-//  3. versionMissing then lists I1's versions (none left) and answers
-//     ErrNoVersion "1 (latest is 0)": a definitive 404 for a version that
-//     exists, caused by a transient fault.
-//
-// Invariant broken: 7 (a pinned read of a committed, retained version sees
-// exactly that version). Fix: in versionMissing, a failed descriptor check
-// must be returned (retryable), not read as "not dropped"; better, the
-// pinned path checks the incarnation (registry tombstone) itself.
+//  2. R reads x pinned at version 1: I1's manifest 1 is missing, and the
+//     HEAD of the descriptor that would tell I1 is dropped fails
+//     (throttled).
 func TestPinnedReadThroughDroppedHandleSurvivesDescriptorFailure(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
@@ -811,16 +705,7 @@ func TestPinnedReadThroughDroppedHandleSurvivesDescriptorFailure(t *testing.T) {
 	t.Cleanup(fr.Reset)
 	w := newEnv(t, mem, testConfig("s0"))
 	r := newEnv(t, fr, testConfig(""))
-	if err := w.db.DropTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.db.CreateTable(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := w.db.Table(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := recreateTable(t, w.db)
 	if _, err := tb.Append(ctx, Record{ID: "x", RolloutID: "r"}, bytes.NewReader(payloadFor("x", 10)), 10); err != nil {
 		t.Fatal(err)
 	}
@@ -831,7 +716,7 @@ func TestPinnedReadThroughDroppedHandleSurvivesDescriptorFailure(t *testing.T) {
 		t.Fatalf("merge: %+v %v", res, err)
 	}
 	fr.Fail(faulty.OpHead, faulty.KeyContains("_table.json"), objstore.ErrThrottled)
-	_, err = r.tb.Get(ctx, "x", ReadOptions{Version: 1})
+	_, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1})
 	if errors.Is(err, ErrNoVersion) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrVersionGone) {
 		t.Errorf("pinned read of committed version 1 after a transient descriptor failure: %v", err)
 	}

@@ -18,6 +18,10 @@ import (
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
+// Rows of every payload size (empty, inline, at and past the inline
+// bound, external) read back with their metadata from the WAL and, after a
+// merge that reclaims the WAL, from the base, whole and by range; a range
+// past the end is a RangeError, and the payload budget is returned.
 func TestAppendReadMergeRead(t *testing.T) {
 	e := newEnv(t, memory.New(), testConfig("s0"))
 	sizes := map[string]int{"a": 0, "b": 10, "c": 4 << 10, "d": 4<<10 + 1, "e": 100 << 10}
@@ -76,6 +80,9 @@ func TestAppendReadMergeRead(t *testing.T) {
 	}
 }
 
+// An identical retry (metadata equal as JSON) is answered Created=false;
+// a different payload or field under the same id is ErrConflict; in the
+// WAL and in the base alike, and only one row is appended.
 func TestIdenticalRetryAndConflict(t *testing.T) {
 	e := newEnv(t, memory.New(), testConfig("s0"))
 	ctx := context.Background()
@@ -107,6 +114,8 @@ func TestIdenticalRetryAndConflict(t *testing.T) {
 	}
 }
 
+// Concurrent appends of one id with two contents: some succeed (one row),
+// the others are conflicts, and the base holds one row.
 func TestConcurrentSameIDOneWinner(t *testing.T) {
 	e := newEnv(t, memory.New(), testConfig("s0"))
 	ctx := context.Background()
@@ -139,6 +148,8 @@ func TestConcurrentSameIDOneWinner(t *testing.T) {
 	}
 }
 
+// A body shorter than announced, an oversized body and a missing
+// rollout_id are refused, and leave no object behind.
 func TestPayloadSizeMismatchAndLimit(t *testing.T) {
 	cfg := testConfig("s0")
 	cfg.MaxPayload = 64 << 10

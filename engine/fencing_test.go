@@ -20,6 +20,8 @@ import (
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
+// Two live processes never write one shard: the second is refused
+// (ErrShardOwned) until the owner releases the shard, then takes it.
 func TestShardLeaseExclusive(t *testing.T) {
 	clk := objstoretest.NewClock()
 	store := memory.New(memory.WithClock(clk.Now))
@@ -102,9 +104,10 @@ func TestWriterRecoversFromTransientSealFailure(t *testing.T) {
 	checkAll(t, e.tb, map[string]int{"a": 100, "b": 100})
 }
 
-// A segment put that was in flight when the writer lost its shard lands
-// after the new owner sealed the generation: it is not acknowledged, and
-// its rows never become visible.
+// A zombie's segment put, in flight when its writer lost the shard, lands
+// after the new owner sealed the generation (not yet merged): it is not
+// acknowledged, its row never becomes visible, and once the generation is
+// merged and reclaimed the sweep leaves no WAL object behind.
 func TestZombieSegmentLandsInSealedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
@@ -119,11 +122,7 @@ func TestZombieSegmentLandsInSealedGeneration(t *testing.T) {
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(16 * time.Second)
-	b := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(b.tb, "b1"); err != nil { // takes over, seals a's generation
-		t.Fatal(err)
-	}
+	b := takeOver(t, mem, clk) // takes over, seals a's generation
 	gate.Release()
 	if err := <-late; !errors.Is(err, ErrFenced) {
 		t.Fatalf("late write acknowledged: %v", err)
@@ -145,10 +144,10 @@ func TestZombieSegmentLandsInSealedGeneration(t *testing.T) {
 	}
 }
 
-// 1. A zombie's segment put lands after its generation was sealed by the
-// new owner, merged and reclaimed: the key is free again, so the put
-// succeeds, but no head ever counts it. The zombie must not acknowledge,
-// and the row must never be visible.
+// A zombie's segment put lands after its generation was sealed by the new
+// owner, merged and reclaimed: the key is free again, so the put succeeds,
+// but no head ever counts it. The zombie is not acknowledged and the row is
+// never visible.
 func TestZombieSegmentLandsInReclaimedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
@@ -160,12 +159,8 @@ func TestZombieSegmentLandsInReclaimedGeneration(t *testing.T) {
 	inFlight := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
 	late := await(func() error { return appendID(a.tb, "a2") })
 	mustWait(t, inFlight)
-	clk.Advance(16 * time.Second) // a's lease expired
-	b := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(b.tb, "b1"); err != nil { // takes the shard: seals a's generation as {a1}
-		t.Fatal(err)
-	}
-	res := b.merge() // merges and (grace 0) reclaims that generation
+	b := takeOver(t, mem, clk) // takes the shard: seals a's generation as {a1}
+	res := b.merge()           // merges and (grace 0) reclaims that generation
 	if len(res.Reclaimed) == 0 {
 		t.Fatalf("nothing reclaimed: %+v", res)
 	}
@@ -178,11 +173,12 @@ func TestZombieSegmentLandsInReclaimedGeneration(t *testing.T) {
 	checkAll(t, newEnv(t, mem, leaseConfig("", clk)).tb, map[string]int{"a1": 100, "b1": 100})
 }
 
-// 6. A zombie's segment lands while the new owner is taking the shard: the
-// row is visible exactly when a head swap counted it. Here the zombie's
-// swap loses to the new owner's seal: the zombie is refused, the row is
-// never visible (so no identical retry is answered from it), and a retry
-// elsewhere writes it anew.
+// A zombie's segment lands (its head swap not yet sent) while the new
+// owner takes the shard: the row is visible exactly when a head swap
+// counted it. The zombie's swap loses to the new owner's seal: the zombie
+// is refused, the row is never visible (so no identical retry is answered
+// from it), and a retry on another shard, made while the uncounted segment
+// is in the store, writes it anew.
 func TestZombieSegmentNeverCountedRetryElsewhereWritesAnew(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
@@ -196,11 +192,7 @@ func TestZombieSegmentNeverCountedRetryElsewhereWritesAnew(t *testing.T) {
 	if err := landed.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(16 * time.Second)
-	b := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(b.tb, "b1"); err != nil { // seals a's generation at one segment
-		t.Fatal(err)
-	}
+	b := takeOver(t, mem, clk) // seals a's generation at one segment
 	reader := newEnv(t, mem, leaseConfig("", clk))
 	if _, err := reader.tb.Get(context.Background(), "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("an uncounted segment's row is visible: %v", err)
@@ -241,11 +233,7 @@ func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 			}
 			var b *env
 			if takeover {
-				clk.Advance(16 * time.Second)
-				b = newEnv(t, mem, leaseConfig("s0", clk))
-				if err := appendID(b.tb, "b1"); err != nil { // seals a's generation at one segment
-					t.Fatal(err)
-				}
+				b = takeOver(t, mem, clk) // seals a's generation at one segment
 			} else {
 				clk.Advance(12 * time.Second) // lapsing, not expired
 			}
@@ -284,7 +272,7 @@ func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 	}
 }
 
-// 8. The new owner never shares the zombie's generation: it seals the
+// The new owner never shares the zombie's generation: it seals the
 // zombie's generation and claims the next, so a segment of each lands in
 // its own generation and each writer's answer follows its own head swap.
 func TestNewOwnerTakesTheNextGeneration(t *testing.T) {

@@ -24,8 +24,8 @@ import (
 // A merger that lost its lease commits a version number that was collected
 // meanwhile: its create-if-absent succeeds, the key being free. That object
 // is not the table's version: a pinned read of the number answers gone, as
-// it did before the late commit, never the late merger's rows; the versions
-// retained, and reads of the newest, are untouched.
+// it did before the late commit, never the late merger's rows; the
+// retained versions, and reads of the newest, are untouched.
 //
 //  1. x is sealed. M1 (no merger lease: two mergers) plans version 1 from
 //     the empty base, writes its data, and stalls before its commit.
@@ -40,17 +40,9 @@ func TestLateMergerAtACollectedVersion(t *testing.T) {
 	mem := memory.New()
 	w := newEnv(t, mem, testConfig("s0"))
 	walRow(t, w, "x", 1000)
-	cfg := testConfig("")
-	cfg.LeaseDuration = -1
-	f1 := faulty.New(mem)
-	t.Cleanup(f1.Reset)
-	m1 := newEnv(t, f1, cfg)
-	m2 := newEnv(t, mem, cfg)
-	held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
-	errCrash := errors.New("M1 crashes after its commit")
-	m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
-	m1Done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{}); return err })
-	mustWait(t, held)
+	m1, f1, m2 := twoMergers(t, mem, testConfig(""))
+	errCrash := crashAfterCommit(m1)
+	held, m1Done := holdCommit(t, f1, m1, MergeOptions{})
 	m2.merge()
 	for _, id := range []string{"y", "z"} {
 		walRow(t, w, id, 1000)
@@ -85,15 +77,15 @@ func TestLateMergerAtACollectedVersion(t *testing.T) {
 	}
 }
 
-// lateMergerAtCollected: M1 (no merger lease: two mergers) plans version 1
-// from the empty base with x and w2, writes its data and stalls before its commit;
-// x and w2 are two sealed generations. M2 merges x alone (version 1,
+// lateMergerAtCollected: M1 (no merger lease: two mergers) plans version
+// 1 from the empty base with x and w2 (two sealed generations), writes its
+// data and stalls before its commit. M2 merges x alone (version 1,
 // MaxBytes 1), then w2 with y, z, u (versions 2..4; RetainVersions 2
-// collects 1 and 2),
-// calling advance before each of y, z, u; then M1's create-if-absent of
-// version 1 lands at the free key. Unlike TestLateMergerAtACollectedVersion,
-// version 2 is collected too, so "version 2 names its parent" has nothing
-// to look at. setup configures M1 before its merge begins.
+// collects 1 and 2), calling advance before each of y, z, u; then M1's
+// create-if-absent of version 1 lands at the free key. Unlike
+// TestLateMergerAtACollectedVersion, version 2 is collected too, so
+// "version 2 names its parent" has nothing to look at. setup configures
+// M1 before its merge begins.
 func lateMergerAtCollected(t *testing.T, mem *memory.Bucket, cfg Config, advance func(), setup func(m1 *env)) error {
 	t.Helper()
 	wcfg := cfg
@@ -101,16 +93,9 @@ func lateMergerAtCollected(t *testing.T, mem *memory.Bucket, cfg Config, advance
 	w := newEnv(t, mem, wcfg)
 	walRow(t, w, "x", 1000)
 	walRow(t, w, "w2", 1000) // a second generation: M1's version 1 holds it, the table's does not
-	mcfg := cfg
-	mcfg.LeaseDuration = -1
-	f1 := faulty.New(mem)
-	t.Cleanup(f1.Reset)
-	m1 := newEnv(t, f1, mcfg)
-	m2 := newEnv(t, mem, mcfg)
+	m1, f1, m2 := twoMergers(t, mem, cfg)
 	setup(m1)
-	held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
-	m1Done := await(func() error { _, err := m1.tb.Merge(context.Background(), MergeOptions{}); return err })
-	mustWait(t, held)
+	held, m1Done := holdCommit(t, f1, m1, MergeOptions{})
 	if _, err := m2.tb.Merge(context.Background(), MergeOptions{MaxBytes: 1}); err != nil { // version 1: x only
 		t.Fatal(err)
 	}
@@ -168,21 +153,19 @@ func checkLateVersionGone(t *testing.T, mem *memory.Bucket, cfg Config) {
 }
 
 // A late merger's object at a collected version's key, with the next
-// version collected too, is served to a process that has no view yet (or
-// one older than the pinned version): HEAD v+1 is missing, v > known, and
-// latestVersion(v) -- HEAD v present, HEAD v+1 missing -- answers v itself
-// ("the newest"), so the read loads the late object and serves its rows.
+// version collected too, is not served to a process that has no view yet
+// (or one older than the pinned version), although HEAD v finds an object
+// and HEAD v+1 finds none, which alone would make v look like the newest:
+// the floor decides, and the read answers ErrVersionGone, never M1's rows.
 //
 //  1. lateMergerAtCollected; M1 crashes right after its commit (before its
 //     own retention would collect the object again).
-//  2. A fresh process reads x pinned at version 1.
-//
-// Expected: ErrVersionGone. Observed: x, from M1's data file.
+//  2. A fresh process reads x pinned at version 1: ErrVersionGone.
 func TestLateMergerObjectGoneForFreshReader(t *testing.T) {
-	errCrash := errors.New("M1 crashes after its commit")
+	var errCrash error
 	mem := memory.New()
 	err := lateMergerAtCollected(t, mem, testConfig(""), func() {}, func(m1 *env) {
-		m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
+		errCrash = crashAfterCommit(m1)
 	})
 	if !errors.Is(err, errCrash) {
 		t.Fatalf("M1: %v, want its crash", err)
@@ -190,10 +173,10 @@ func TestLateMergerObjectGoneForFreshReader(t *testing.T) {
 	checkLateVersionGone(t, mem, testConfig(""))
 }
 
-// The same with RetainAge > 0 and no crash: M1's own retention keeps its
-// late object (its LastModified is young, and retention keeps any version
-// younger than RetainAge), so it stays at version 1's key for RetainAge,
-// while the legitimate, older versions 2.. are collected by count.
+// The same with RetainAge > 0 and no crash: M1's late object may stay at
+// version 1's key (its LastModified is young, and retention keeps any
+// version younger than RetainAge), while the legitimate, older versions
+// 2.. are collected by count; a pinned read of version 1 is still gone.
 func TestLateMergerObjectKeptByAgeIsGone(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
@@ -217,7 +200,7 @@ func TestLateMergerObjectKeptByAgeIsGone(t *testing.T) {
 //   - M1 (no merger lease) plans version 2 from base 1 with y1..y4, writes
 //     its data and is held before its create-if-absent of version 2;
 //   - between (a callback run while M1 is held, before M2 goes on) the
-//     caller arranges its own interleaving;
+//     caller arranges its own race;
 //   - M2 merges y1, y2, y3, y4 one at a time: versions 2..5; RetainVersions
 //     2 collects 1, 2 and 3 (floor 4);
 //   - M1's commit lands at the free key 2 (a late object, built on the
@@ -230,20 +213,14 @@ func lateWithGap(t *testing.T, mem *memory.Bucket, between func(w *env)) {
 	for _, id := range []string{"x", "y1", "y2", "y3", "y4"} {
 		walRow(t, w, id, 1000)
 	}
-	mcfg := testConfig("")
-	mcfg.LeaseDuration = -1
+	mcfg := noMergerLease(testConfig(""))
 	m2 := newEnv(t, mem, mcfg)
 	if res, err := m2.tb.Merge(ctx, MergeOptions{MaxBytes: 1}); err != nil || res.Version != 1 {
 		t.Fatalf("M2's first merge: %+v %v", res, err)
 	}
-	f1 := faulty.New(mem)
-	t.Cleanup(f1.Reset)
-	m1 := newEnv(t, f1, mcfg)
-	errCrash := errors.New("M1 crashes after its commit")
-	m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
-	held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
-	m1Done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{}); return err })
-	mustWait(t, held)
+	m1, f1 := faultyEnv(t, mem, mcfg)
+	errCrash := crashAfterCommit(m1)
+	held, m1Done := holdCommit(t, f1, m1, MergeOptions{})
 	between(w)
 	for i := 0; i < 4; i++ {
 		if _, err := m2.tb.Merge(ctx, MergeOptions{MaxBytes: 1}); err != nil {
@@ -268,22 +245,19 @@ func lateWithGap(t *testing.T, mem *memory.Bucket, between func(w *env)) {
 	}
 }
 
-// A refresh that probes for a newer base from a registry it read (or
-// whose HEAD it took) before a collection: the probe, latestVersion(1),
-// HEADs version 1 (collected) and 2 (M1's late object), then 3 (collected:
-// "2 is the newest") and the refresh takes max(known 1, registry base 1,
-// probed 2) = 2 -- the late merger's object becomes the process's resident
-// base. Nothing checks the probed version against the floor (it is read
-// before the probe, not after).
+// A refresh that probes for a newer base from a registry it read before a
+// collection finds M1's late object at key 2 (and nothing at 3) but checks
+// what it found against the floor read after the probe: the late object
+// never becomes the process's resident base.
 //
 //  1. lateWithGap; between: a fresh process R starts Status (a refresh
 //     with a probe). R reads the registry (base 1, floor 0), then its HEAD
 //     of version 2 is held.
 //  2. M2 commits 2..5 and collects 1..3; M1's late commit lands at 2.
 //  3. R's HEAD of version 2 goes on.
-//
-// Expected: R's view is version 5 (the table's newest), and a pinned read
-// of version 2 (collected) answers ErrVersionGone.
+//  4. R's view is version 5 (the table's newest), and a pinned read of
+//     version 2 (collected) answers ErrVersionGone, in R and in a fresh
+//     process.
 func TestRefreshProbeSkipsLateObject(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
@@ -360,9 +334,9 @@ func TestRefreshProbeWithViewSkipsLateObject(t *testing.T) {
 	}
 }
 
-// Versions (the list/ListVersions API) lists every object under the
-// versions prefix: a late merger's object below the floor is reported as a
-// retained version, although every pinned read of it answers gone.
+// Versions (the list/ListVersions API) lists no version below the
+// collection floor: a late merger's object there is not reported as a
+// retained version (every pinned read of it answers gone).
 func TestVersionsOmitsLateObjectBelowFloor(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
@@ -386,26 +360,24 @@ func TestVersionsOmitsLateObjectBelowFloor(t *testing.T) {
 	}
 }
 
-// A merge that read the registry (base 1) before a collection plans from
-// latestVersion(1), which walks into the collected range: HEAD 1 missing,
-// HEAD 2 a late merger's object, HEAD 3 missing -- so the merge takes M1's
-// late object as its base and commits z at key 3 (free: collected), a
-// version below the floor that its own retention deletes at once.
+// A merge that read the registry (base 1) before a collection, and whose
+// search for the newest version walks into the collected range (HEAD 1
+// missing, HEAD 2 a late merger's object, HEAD 3 missing), never takes the
+// late object as its base (which would commit z at the free key 3, below
+// the floor): it plans from the table's newest version.
 //
 //  1. lateWithGap; between: w writes z (a sixth sealed generation, after
 //     M1 planned), and merger M3 starts: it reads the registry (base 1)
 //     and its HEAD of version 2 is held.
 //  2. M2 merges y1..y4 (versions 2..5, floor 4); M1's late commit at 2.
-//  3. M3's HEAD goes on.
-//
-// Expected: M3 plans from version 5 and commits z as version 6.
+//  3. M3's HEAD goes on: M3 plans from version 5 and commits z as
+//     version 6.
 func TestMergeNeverPlansFromLateObject(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	f3 := faulty.New(mem)
 	t.Cleanup(f3.Reset)
-	mcfg := testConfig("")
-	mcfg.LeaseDuration = -1
+	mcfg := noMergerLease(testConfig(""))
 	var m3 *env
 	var gate *faulty.Gate
 	var done chan error
@@ -433,12 +405,11 @@ func TestMergeNeverPlansFromLateObject(t *testing.T) {
 }
 
 // Two collectors with different listings, and a late merger's object at
-// a key only the stale one doomed: collector A's live set is computed
-// from A's own listing (versions 3 and 4, which collector B has deleted
-// meanwhile: liveFiles skips a missing manifest), so it is empty; then A
-// loads its doomed manifests at delete time, and at key 2 finds M1's late
-// object, built on version 1 -- which references version 1's data file,
-// still referenced by the retained versions 5 and 6. A deletes it.
+// a key only the stale one doomed: collector A's live set comes from its
+// own listing (versions 3 and 4, which collector B has deleted meanwhile),
+// and at key 2 A finds M1's late object, built on version 1, which names
+// version 1's data file, still referenced by the retained versions 5 and
+// 6. A does not delete that file: every row stays readable.
 //
 //  1. w writes x, y1..y5 (six sealed generations). M2 (RetainVersions 100:
 //     it collects nothing) merges x: version 1. M1 (no lease) plans version
@@ -450,11 +421,9 @@ func TestMergeNeverPlansFromLateObject(t *testing.T) {
 //     lists 1..6, raises the floor to 5, deletes manifests 1..4 and the
 //     files only they referenced (none of version 1's: 5 and 6 hold them).
 //  5. M1's commit lands at the free key 2; M1 crashes after it.
-//  6. A's CAS fails (B moved the registry), the retry has nothing to
-//     raise; liveFiles(3, 4) finds neither; A loads manifest 2 (M1's
-//     object) and deletes the data files it names.
-//
-// Expected: x readable at the latest version and pinned at 6 (retained).
+//  6. A's CAS fails (B moved the registry), and A goes on with its own
+//     listing, in which manifest 2 is now M1's object.
+//  7. Every row reads at the latest version and pinned at 6 (retained).
 func TestStaleCollectorKeepsFilesALateObjectNames(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
@@ -463,8 +432,7 @@ func TestStaleCollectorKeepsFilesALateObjectNames(t *testing.T) {
 	for _, id := range ids {
 		walRow(t, w, id, 1000)
 	}
-	keep := testConfig("")
-	keep.LeaseDuration = -1
+	keep := noMergerLease(testConfig(""))
 	keep.RetainVersions = 100
 	m2 := newEnv(t, mem, keep)
 	one := func() {
@@ -474,23 +442,15 @@ func TestStaleCollectorKeepsFilesALateObjectNames(t *testing.T) {
 		}
 	}
 	one() // version 1: x
-	f1 := faulty.New(mem)
-	t.Cleanup(f1.Reset)
-	m1 := newEnv(t, f1, keep)
-	errCrash := errors.New("M1 crashes after its commit")
-	m1.hooks.Do("merge:after-commit", func(context.Context) error { return errCrash })
-	m1Held := f1.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
-	m1Done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{MaxBytes: 1}); return err })
-	mustWait(t, m1Held)
+	m1, f1 := faultyEnv(t, mem, keep)
+	errCrash := crashAfterCommit(m1)
+	m1Held, m1Done := holdCommit(t, f1, m1, MergeOptions{MaxBytes: 1})
 	one()
 	one()
 	one() // versions 2..4
 
-	coll := testConfig("")
-	coll.LeaseDuration = -1
-	fa := faulty.New(mem)
-	t.Cleanup(fa.Reset)
-	a := newEnv(t, fa, coll)
+	coll := noMergerLease(testConfig(""))
+	a, fa := faultyEnv(t, mem, coll)
 	b := newEnv(t, mem, coll)
 	aHeld := fa.Pause(faulty.OpPut, faulty.Before, faulty.Key(a.tb.keys.Registry()))
 	type out struct {
@@ -548,9 +508,7 @@ func TestFloorLostAnswerAndCrashBeforeDelete(t *testing.T) {
 	keep.RetainVersions = 100
 	m := newEnv(t, mem, keep)
 	m.merge() // version 3, nothing collected
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	c := newEnv(t, f, testConfig(""))
+	c, f := faultyEnv(t, mem, testConfig(""))
 	errLost := errors.New("connection reset (answer lost)")
 	lost := f.LoseResponse(faulty.OpPut, faulty.Key(c.tb.keys.Registry()), errLost)
 	errCrash := errors.New("collector crashes")

@@ -17,8 +17,7 @@ import (
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
-// TestGroupCommitSharesTheCheck: appends that queue behind a commit are
-// checked together and written together: one existence check (at most one
+// Appends that queue behind a commit are checked together and written together: one existence check (at most one
 // refresh), one segment and one head swap for all of them; an identical
 // retry among them is answered without a second row, and a conflicting one
 // is refused alone, having written nothing.

@@ -46,7 +46,7 @@ func TestHeadLayoutAcrossDropAndRecreate(t *testing.T) {
 }
 
 // A zombie paused at its head swap (segment landed, swap pending) while a
-// reader probes; B takes the shard. The zombie's row must never show.
+// reader probes; B takes the shard. The zombie's row never shows.
 func TestHeadLayoutZombiePausedAtItsSwap(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
@@ -66,11 +66,7 @@ func TestHeadLayoutZombiePausedAtItsSwap(t *testing.T) {
 	if _, err := reader.tb.Get(context.Background(), "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a2 before swap: %v", err)
 	}
-	clk.Advance(16 * time.Second)
-	b := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(b.tb, "b1"); err != nil {
-		t.Fatal(err)
-	}
+	b := takeOver(t, mem, clk)
 	gate.Release()
 	if err := <-late; !errors.Is(err, ErrFenced) {
 		t.Fatalf("zombie: %v", err)
@@ -90,9 +86,7 @@ func TestHeadLayoutZombiePausedAtItsSwap(t *testing.T) {
 func TestHeadLayoutLostSwapAnswer(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
-	fb := faulty.New(mem)
-	t.Cleanup(fb.Reset)
-	w := newEnv(t, fb, testConfig("s0"))
+	w, fb := faultyEnv(t, mem, testConfig("s0"))
 	r := newEnv(t, mem, testConfig(""))
 	w.put("a", 100)
 	r.mustRead("a", 100)

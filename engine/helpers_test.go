@@ -295,3 +295,138 @@ func twoVersions(t *testing.T, mem *memory.Bucket) *env {
 }
 
 type faultyGate struct{ *faulty.Gate }
+
+// faultyEnv opens a process on store through a faulty layer, whose rules
+// are removed when the test ends.
+func faultyEnv(t *testing.T, store objstore.Bucket, cfg Config) (*env, *faulty.Bucket) {
+	t.Helper()
+	f := faulty.New(store)
+	t.Cleanup(f.Reset)
+	return newEnv(t, f, cfg), f
+}
+
+// noMergerLease turns the merger lease off, so two mergers can run at once
+// and only the commit's create-if-absent keeps them apart.
+func noMergerLease(cfg Config) Config {
+	cfg.LeaseDuration = -1
+	return cfg
+}
+
+// twoMergers opens two merging processes on mem without the merger lease:
+// m1 through a faulty layer (to hold or fail its steps), m2 directly.
+func twoMergers(t *testing.T, mem *memory.Bucket, cfg Config) (m1 *env, f1 *faulty.Bucket, m2 *env) {
+	t.Helper()
+	cfg = noMergerLease(cfg)
+	m1, f1 = faultyEnv(t, mem, cfg)
+	m2 = newEnv(t, mem, cfg)
+	return m1, f1, m2
+}
+
+// crashAfterCommit makes m's merges stop right after their commit (before
+// their own retention and reclaim), and returns the error they stop with.
+func crashAfterCommit(m *env) error {
+	errCrashed := errors.New("M1 crashes after its commit")
+	m.hooks.Do("merge:after-commit", func(context.Context) error { return errCrashed })
+	return errCrashed
+}
+
+// holdCommit starts a merge on m (whose store is f) and holds it before
+// its create-if-absent of the version's manifest: its data files are
+// written, its commit not yet sent. It returns the gate and the merge's
+// answer.
+func holdCommit(t *testing.T, f *faulty.Bucket, m *env, opts MergeOptions) (*faulty.Gate, chan error) {
+	t.Helper()
+	held := f.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/base/_versions/"))
+	done := await(func() error { _, err := m.tb.Merge(context.Background(), opts); return err })
+	mustWait(t, held)
+	return held, done
+}
+
+// openDB opens a bare process (no table handle) on store, closed when the
+// test ends.
+func openDB(t *testing.T, store objstore.Bucket, cfg Config) *DB {
+	t.Helper()
+	db, err := Open(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	return db
+}
+
+// dropAndCreate drops table t through db and creates it again: a new,
+// empty incarnation.
+func dropAndCreate(t *testing.T, db *DB) {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.DropTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recreateTable is dropAndCreate, returning db's handle of the new
+// incarnation.
+func recreateTable(t *testing.T, db *DB) *Table {
+	t.Helper()
+	dropAndCreate(t, db)
+	tb, err := db.Table(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// takeOver lets the current owner's shard lease of s0 lapse and has a new
+// process take the shard by appending b1, which seals the previous owner's
+// generation at the head's count.
+func takeOver(t *testing.T, mem *memory.Bucket, clk *objstoretest.Clock) *env {
+	t.Helper()
+	clk.Advance(16 * time.Second)
+	b := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(b.tb, "b1"); err != nil {
+		t.Fatalf("B takes the shard: %v", err)
+	}
+	return b
+}
+
+// fencedOwnersLateClaim forces a fenced owner's late registry claim:
+//
+//  1. A owns s0 and acknowledges a1; A stalls and its lease lapses.
+//  2. B takes s0 (its append is an identical retry of a1: B commits
+//     nothing): it registers, seals A's generation, claims the next, and is
+//     held just before its "only me" registry swap (recover's
+//     setActive(only=true), its second registry swap); B's lease lapses too.
+//  3. C takes s0: registers, seals B's generation, claims the next, swaps
+//     the registry to itself, and acknowledges c1.
+//  4. B's held swap goes on (its condition fails: C moved the registry, so
+//     it is applied again to the registry as C left it), and B's append
+//     returns.
+//
+// arm runs on B's faulty store before B starts, to add rules of its own.
+// B is still open when it returns.
+func fencedOwnersLateClaim(t *testing.T, mem *memory.Bucket, clk *objstoretest.Clock, arm func(fb *faulty.Bucket)) (b, c *env) {
+	t.Helper()
+	a := newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(16 * time.Second) // A's lease lapsed (A stalls)
+	b, fb := faultyEnv(t, mem, leaseConfig("s0", clk))
+	held := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("_registry.json"), faulty.Skip(1))
+	arm(fb)
+	bDone := await(func() error { return appendID(b.tb, "a1") }) // an identical retry: B commits nothing
+	mustWait(t, held)
+	clk.Advance(16 * time.Second) // B's lease lapsed while it stalls
+	c = newEnv(t, mem, leaseConfig("s0", clk))
+	if err := appendID(c.tb, "c1"); err != nil {
+		t.Fatalf("C takes the shard: %v", err)
+	}
+	held.Release()
+	if err := <-bDone; err != nil {
+		t.Fatalf("B's identical retry: %v", err)
+	}
+	return b, c
+}

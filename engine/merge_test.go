@@ -24,6 +24,10 @@ import (
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
+// A merge that crashes after writing its data, after its commit, or in
+// the middle of its reclaim loses and doubles nothing; the next merge, in
+// a fresh process, converges (no WAL left, every row in the base), and the
+// sweep removes the crashed merge's orphan data files.
 func TestMergeCrashPointsConverge(t *testing.T) { forStores(t, testMergeCrashPointsConverge, true) }
 
 func testMergeCrashPointsConverge(t *testing.T, sc storeCase) {
@@ -80,6 +84,9 @@ func testMergeCrashPointsConverge(t *testing.T, sc storeCase) {
 	}
 }
 
+// Appends acknowledged, and a generation sealed, while a merge is held
+// after writing its data are neither blocked nor lost: the generation
+// stays pending for the next merge.
 func TestAppendsDuringMergeNotBlockedNorLost(t *testing.T) {
 	forStores(t, testAppendsDuringMergeNotBlockedNorLost, false)
 }
@@ -130,6 +137,8 @@ func testAppendsDuringMergeNotBlockedNorLost(t *testing.T, sc storeCase) {
 	checkAll(t, e.tb, acked)
 }
 
+// Four mergers without the lease, all held before their commit and
+// released together, race on the commit: each row is in the base once.
 func TestConcurrentMergersNoDuplicates(t *testing.T) {
 	forStores(t, testConcurrentMergersNoDuplicates, true)
 }
@@ -154,8 +163,7 @@ func testConcurrentMergersNoDuplicates(t *testing.T, sc storeCase) {
 	// must keep them from duplicating rows.
 	var envs []*env
 	var gates []*faultyGate
-	cfg := testConfig("")
-	cfg.LeaseDuration = -1
+	cfg := noMergerLease(testConfig(""))
 	for i := 0; i < 4; i++ {
 		fb := faulty.New(store)
 		envs = append(envs, newEnv(t, fb, cfg))
@@ -208,8 +216,7 @@ func TestTwoMergersOneStalledAfterCommit(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := newEnv(t, mem, testConfig("s0"))
-	cfg := testConfig("")
-	cfg.LeaseDuration = -1
+	cfg := noMergerLease(testConfig(""))
 	m1 := newEnv(t, mem, cfg)
 	m2 := newEnv(t, mem, cfg)
 	walRow(t, w, "a", 1000)
@@ -237,6 +244,8 @@ func TestTwoMergersOneStalledAfterCommit(t *testing.T) {
 	}
 }
 
+// With the merger lease, a second merger is refused (ErrMergerBusy) while
+// the first is held, and merges once it is released.
 func TestMergerLeaseSingleton(t *testing.T) {
 	clk := objstoretest.NewClock()
 	store := memory.New(memory.WithClock(clk.Now))
@@ -293,6 +302,8 @@ func TestMergerSealsAbandonedShard(t *testing.T) {
 	checkAll(t, m.tb, map[string]int{"a": 100, "b": 100})
 }
 
+// Two shards merge into one base; one id appended on both shards, both
+// checked before either committed, is kept once (the copy readers saw).
 func TestTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T) {
 	forStores(t, testTwoShardsOneBaseAndCrossShardDuplicate, false)
 }
@@ -364,6 +375,9 @@ func testTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T, sc storeCase) {
 	}
 }
 
+// A merge bounded by MaxBytes takes whole generations in order and
+// reports the leftover; a generation larger than the whole budget is
+// merged whole, alone.
 func TestBoundedPassLeftoversAndOversizedGeneration(t *testing.T) {
 	forStores(t, testBoundedPassLeftoversAndOversizedGeneration, false)
 }

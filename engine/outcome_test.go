@@ -56,16 +56,13 @@ func testLostSegmentResponse(t *testing.T, sc storeCase) {
 // A head swap whose outcome is unknown (no answer, and on the retry the head
 // had moved) is resolved from the counts: here it did not land, and the new
 // owner sealed the generation without it, so the append is refused with
-// ErrFenced (not "outcome unknown") and the row is never visible. Found by
-// the e2e test: a writer continued after SIGSTOP answered new writes
-// "outcome unknown" once the store's answer to a lost try became honest.
+// ErrFenced (not "outcome unknown") and the row is never visible. The e2e
+// test found this (a writer continued after SIGSTOP).
 func TestUnknownHeadSwapResolvedFromTheSeal(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-	fa := faulty.New(mem)
-	t.Cleanup(fa.Reset)
-	a := newEnv(t, fa, leaseConfig("s0", clk))
+	a, fa := faultyEnv(t, mem, leaseConfig("s0", clk))
 	if err := appendID(a.tb, "a1"); err != nil {
 		t.Fatal(err)
 	}
@@ -92,13 +89,11 @@ func TestUnknownHeadSwapResolvedFromTheSeal(t *testing.T) {
 }
 
 // A head swap that lands but whose answer is lost, with another process
-// moving the head before the resend. The review found Azure's backend
-// answering ErrPrecondition here (objstore/azure/write.go, putConditional,
-// now TestLostResponseOvertaken there), and casHead took a precondition on
-// its first attempt as "another writer moved the head first": the writer
-// answered ErrFenced ("not written") for a row the head counted, a refused
-// append that is visible. With the store's answer "outcome unknown", the
-// writer must not refuse the row.
+// moving the head before the resend: the store's answer is "outcome
+// unknown" (errOvertaken; see TestLostResponseOvertaken in objstore/azure),
+// not a precondition failure, and the writer resolves it from the new
+// owner's seal. It never answers ErrFenced ("not written") for a row the
+// head counted: a refused append must not be visible.
 //
 //  1. A owns s0, a1 is acknowledged; A's lease lapses while it appends a2.
 //  2. A writes a2's segment and swaps the head to count it: the swap
@@ -112,9 +107,7 @@ func TestLostHeadSwapAnswerOvertakenResolvedFromTheSeal(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-	fa := faulty.New(mem)
-	t.Cleanup(fa.Reset)
-	a := newEnv(t, fa, leaseConfig("s0", clk))
+	a, fa := faultyEnv(t, mem, leaseConfig("s0", clk))
 	if err := appendID(a.tb, "a1"); err != nil {
 		t.Fatal(err)
 	}
@@ -153,9 +146,7 @@ func TestLostHeadSwapAnswerOvertakenResolvedFromTheSeal(t *testing.T) {
 func TestUncheckableHeadSwapThenRetryOfTheSameRows(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
-	fb := faulty.New(mem)
-	t.Cleanup(fb.Reset)
-	w := newEnv(t, fb, testConfig("s0"))
+	w, fb := faultyEnv(t, mem, testConfig("s0"))
 	w.put("a", 100)
 	throttled := objstore.ErrThrottled
 	w.hooks.Do("write:after-segment", func(context.Context) error {
@@ -187,9 +178,9 @@ func TestUncheckableHeadSwapThenRetryOfTheSameRows(t *testing.T) {
 	}
 }
 
-// A segment put that landed but reported failure leaves the append's
-// outcome unknown: its external payload must survive for the retry that
-// finds the landed row.
+// A head swap that landed but whose answer is lost and cannot be checked
+// leaves the append's outcome unknown: its external payload survives for
+// the retry that finds the landed row.
 func TestUnknownOutcomeKeepsExternalPayload(t *testing.T) {
 	fb := faulty.New(memory.New())
 	e := newEnv(t, fb, testConfig("s0"))
@@ -215,13 +206,11 @@ func TestUnknownOutcomeKeepsExternalPayload(t *testing.T) {
 }
 
 // A merger whose manifest create lands, but whose answer is lost, and whose
-// resend finds the manifest gone (collected by retention meanwhile). The
-// review found Azure's backend answering ErrPrecondition here ("not found"
-// taken for "someone else's commit"), and the merger deleted the data files
-// it wrote, which every later version carries: an acknowledged row
-// answered ErrMissingFile. With the store's answer "outcome unknown", the
-// merger keeps its files (the orphan sweep removes them if the commit did
-// not land).
+// resend finds the manifest gone (collected by retention meanwhile): the
+// store's answer is "outcome unknown", and the merger keeps the data files
+// it wrote, which every later version carries (the orphan sweep removes
+// them if the commit did not land). No acknowledged row answers
+// ErrMissingFile.
 //
 //  1. x is acknowledged and sealed. M1 (no lease: two mergers) writes
 //     file F (x) and creates manifest 1: it lands.
@@ -234,12 +223,7 @@ func TestLostCommitAnswerKeepsItsFiles(t *testing.T) {
 	mem := memory.New()
 	w := newEnv(t, mem, testConfig("s0"))
 	walRow(t, w, "x", 1000)
-	cfg := testConfig("")
-	cfg.LeaseDuration = -1
-	f1 := faulty.New(mem)
-	t.Cleanup(f1.Reset)
-	m1 := newEnv(t, f1, cfg)
-	m2 := newEnv(t, mem, cfg)
+	m1, f1, m2 := twoMergers(t, mem, testConfig(""))
 	f1.Hook(faulty.OpPut, faulty.After, faulty.KeyContains("/base/_versions/"), func(context.Context, string) error {
 		for _, id := range []string{"y", "z"} {
 			walRow(t, w, id, 1000)
@@ -264,33 +248,18 @@ func TestLostCommitAnswerKeepsItsFiles(t *testing.T) {
 	}
 }
 
-// A CreateTable whose descriptor write lands but whose answer is lost
-// deletes the registry of the incarnation the descriptor now names: the
-// table exists (ListTables, db.Table) but every append and read of it
-// answers "table not found" until someone creates it again.
-//
-//  1. CreateTable writes the new incarnation's registry, then the
-//     descriptor (create-if-absent): it lands, its answer is lost (on
-//     Azure: the SDK's resend got 409 and the commit-id check could not
-//     run, which the backend reports as "outcome unknown").
-//  2. CreateTable takes the error as "not created" and deletes the
-//     registry it wrote.
-//  3. The descriptor names an incarnation without a registry: appends
-//     fail with ErrTableNotFound (the writer's registration finds no
-//     registry), reads likewise.
-//
-// Not one of the data invariants, but a lost response on a
-// create-if-absent commit point turning into a half-created table.
+// A CreateTable whose descriptor write (create-if-absent, after the new
+// incarnation's registry) lands but whose answer is lost never leaves a
+// half-created table: either the create reports an error and the table
+// cannot be opened, or the table it opens takes appends. The registry of
+// the incarnation the descriptor names is never deleted under it (which
+// would make every append and read answer "table not found").
 func TestCreateTableLostAnswerLeavesAWritableTable(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	fb := faulty.New(mem)
 	t.Cleanup(fb.Reset)
-	db, err := Open(fb, testConfig("s0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close(ctx) })
+	db := openDB(t, fb, testConfig("s0"))
 	fb.LoseResponse(faulty.OpPut, faulty.KeyContains("_table.json"), errors.New("connection reset"))
 	cerr := db.CreateTable(ctx, "t")
 	tb, err := db.Table(ctx, "t")
@@ -308,17 +277,12 @@ func TestCreateTableLostAnswerLeavesAWritableTable(t *testing.T) {
 // A create whose descriptor landed, but whose answer was lost and whose
 // check of the outcome failed too, reports an error; the caller's retry
 // must then succeed on that table, not answer ErrTableExists for the
-// table its own first call created. Found by the simulator (seed 511531
-// of a 20,000-seed soak: "drop and create: table already exists").
+// table its own first call created. Simulator seed 511531 found this.
 func TestCreateTableRetryAfterUnknownOutcome(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	fb := faulty.New(mem)
-	db, err := Open(fb, testConfig("s0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close(ctx) })
+	db := openDB(t, fb, testConfig("s0"))
 	fb.LoseResponse(faulty.OpPut, faulty.KeyContains("_table.json"), errors.New("connection reset"), faulty.Times(1))
 	fb.Fail(faulty.OpGet, faulty.KeyContains("_table.json"), objstore.ErrThrottled, faulty.Times(1))
 	if err := db.CreateTable(ctx, "t"); err == nil {
@@ -344,11 +308,7 @@ func TestCreateTableRetryAfterUnknownOutcome(t *testing.T) {
 		t.Fatalf("%d registries left, want 1 (the retry's own is an orphan)", registries)
 	}
 	// Another process's table is still another's.
-	other, err := Open(mem, testConfig(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close(ctx) })
+	other := openDB(t, mem, testConfig(""))
 	if err := other.CreateTable(ctx, "t"); !errors.Is(err, ErrTableExists) {
 		t.Fatalf("another process creating the existing table: %v, want ErrTableExists", err)
 	}

@@ -21,6 +21,9 @@ import (
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
+// Many merges with compaction: every row reads back, only the newest
+// RetainVersions versions read pinned (older ones are gone, future ones do
+// not exist), and only the files of retained versions remain.
 func TestManyMergesRetentionAndCompaction(t *testing.T) {
 	cfg := testConfig("s0")
 	cfg.CompactMaxFiles = 4
@@ -112,8 +115,9 @@ func TestPinnedReadsWithNothingRacing(t *testing.T) {
 	}
 }
 
-// 3. A pinned read in one process of a version another process collected
-// answers 410, not the rows it cached.
+// A pinned read in one process of a version another process collected
+// answers ErrVersionGone (410), for a hit and a miss alike, not the rows
+// it cached.
 func TestPinnedReadOfVersionCollectedElsewhere(t *testing.T) {
 	store := memory.New()
 	w := newEnv(t, store, testConfig("s0"))
@@ -204,26 +208,21 @@ func TestPinnedReadPausedAcrossCompactionAndCollection(t *testing.T) {
 	}
 }
 
-// A pinned read of the newest version (2) races a merge that commits
-// version 3 (version 2 stays retained: RetainVersions 2). The pinned read's
-// HEAD of version 3 answers "missing" (3 is not there yet); then 3 lands;
-// then the read, finding 2 above its own view (a fresh reader), asks
-// latestVersion, which now says 3: "2 < 3, and 3 is missing, so 2 was
-// collected" -- a false 410 for a retained version.
+// A pinned read of the newest version (2), by a fresh reader (no view),
+// races a merge that commits version 3 (version 2 stays retained:
+// RetainVersions 2). The read's HEAD of version 3 answers "missing" before
+// 3 lands; the read does not conclude "2 < latest 3, and 3 is missing, so
+// 2 was collected": it answers x at version 2 (no false 410).
 //
 //  1. r (fresh: no view) reads x pinned at version 2: it HEADs 2 and 3
 //     in parallel; the HEAD of 3 answers ErrNotFound and is held there.
 //  2. w merges z: version 3 is committed; 1 is collected, 2 is kept.
-//  3. The HEAD's answer (missing) reaches the read.
-//
-// Expected: x at version 2 (still retained). Observed: ErrVersionGone.
+//  3. The HEAD's answer (missing) reaches the read: x at version 2.
 func TestPinnedNewestRacesNextCommitFreshReader(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := twoVersions(t, mem)
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	r := newEnv(t, f, testConfig(""))
+	r, f := faultyEnv(t, mem, testConfig(""))
 	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
 	done := await(func() error { _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 2}); return err })
 	mustWait(t, held)
@@ -242,24 +241,20 @@ func TestPinnedNewestRacesNextCommitFreshReader(t *testing.T) {
 	}
 }
 
-// The same race with the reader's own view at the pinned version (the v ==
-// known branch): between the HEAD of v+1 (missing) and the read's look at
-// t.snap, this process's view moves to v+1 (its own merge, or any refresh),
-// and the read answers "v < known, v+1 missing: collected".
+// The same race with the reader's own view at the pinned version: between
+// the HEAD of v+1 (missing) and the read's look at its snapshot, this
+// process's view moves to v+1 (its own merge), and the read still does not
+// conclude "v < known, v+1 missing: collected".
 //
 //  1. r's view is version 2 (newest). r reads x pinned at 2; the HEAD of 3
 //     answers ErrNotFound and is held.
 //  2. r itself merges z (version 3; its view moves to 3; 2 is retained).
-//  3. The HEAD's answer reaches the read.
-//
-// Expected: x at version 2. Observed: ErrVersionGone.
+//  3. The HEAD's answer reaches the read: x at version 2.
 func TestPinnedNewestRacesOwnMerge(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := twoVersions(t, mem)
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	r := newEnv(t, f, testConfig(""))
+	r, f := faultyEnv(t, mem, testConfig(""))
 	if _, err := r.tb.Get(ctx, "y", ReadOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -286,17 +281,14 @@ func TestPinnedNewestRacesOwnMerge(t *testing.T) {
 }
 
 // A pinned read of the next version (3) racing its commit: the HEAD of 3
-// answers missing, then 3 is committed, then versionMissing finds latest
-// = 3 and answers "3 <= 3: gone" -- ErrVersionGone for a version that was
-// never collected (it did not exist when the read began, and is retained
-// now).
+// answers missing, then 3 is committed. The read answers ErrNoVersion (or
+// z), never ErrVersionGone: 3 was never collected (it did not exist when
+// the read began, and is retained now).
 func TestPinnedFutureVersionRacesItsCommit(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := twoVersions(t, mem)
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	r := newEnv(t, f, testConfig(""))
+	r, f := faultyEnv(t, mem, testConfig(""))
 	if _, err := r.tb.Get(ctx, "y", ReadOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -315,14 +307,12 @@ func TestPinnedFutureVersionRacesItsCommit(t *testing.T) {
 }
 
 // The HEAD of v+1 fails transiently: the read is decided by the collection
-// floor instead (it failed with the HEAD's error before).
+// floor instead, neither failing with the HEAD's error nor answering gone.
 func TestPinnedNextHeadFailsFloorDecides(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	twoVersions(t, mem)
-	f := faulty.New(mem)
-	t.Cleanup(f.Reset)
-	r := newEnv(t, f, testConfig(""))
+	r, f := faultyEnv(t, mem, testConfig(""))
 	errBusy := errors.New("throttled")
 	f.Fail(faulty.OpHead, faulty.Key(r.tb.keys.Version(2)), errBusy)
 	_, err := r.tb.Get(ctx, "x", ReadOptions{Version: 1})
@@ -340,8 +330,8 @@ func TestPinnedNextHeadFailsFloorDecides(t *testing.T) {
 // Rolling upgrade: version 1 committed by this release (its object
 // carries id metadata), version 2 by the previous release's merger (its
 // commitManifest put no metadata, its manifest has no id fields). Version 1
-// is retained and in the table's history; a pinned read of it must not be
-// ErrVersionGone.
+// is retained and in the table's history; a pinned read of it answers its
+// rows, not ErrVersionGone.
 func TestPinnedReadNextVersionByPreviousRelease(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()

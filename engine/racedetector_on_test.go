@@ -2,4 +2,6 @@
 
 package engine
 
+// raceEnabled reports whether the race detector is built in (the
+// simulator runs fewer seeds by default under it).
 const raceEnabled = true

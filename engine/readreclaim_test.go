@@ -22,6 +22,10 @@ import (
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
+// A read paused after locating its row in a pending generation, while
+// another process merges and reclaims that generation, answers the row: an
+// inline payload (in the reclaimed segment) after one retry, from the
+// base; an external one as located (the base re-references its object).
 func TestReadPausedAtLocatedSurvivesReclaim(t *testing.T) {
 	forStores(t, testReadPausedAtLocatedSurvivesReclaim, true)
 }
@@ -58,6 +62,9 @@ func testReadPausedAtLocatedSurvivesReclaim(t *testing.T, sc storeCase) {
 	}
 }
 
+// A read paused after reading its row's metadata from the WAL, before
+// opening the payload, while the generation is reclaimed: the same answer,
+// with one retry for an inline payload and none for an external one.
 func TestReadPausedBetweenRowAndPayloadSurvivesReclaim(t *testing.T) {
 	forStores(t, testReadPausedBetweenRowAndPayloadSurvivesReclaim, true)
 }
@@ -131,7 +138,7 @@ func testReadLosesBodyMidStreamResumesFromBase(t *testing.T, sc storeCase) {
 	}
 }
 
-// 4. A scan with payloads whose snapshot lists a generation that another
+// A scan with payloads whose snapshot lists a generation that another
 // process merges and reclaims while the scan runs (with the row's batch
 // cached) reads the row and its payload from the base.
 func TestScanWithPayloadsAcrossReclaim(t *testing.T) {
@@ -217,7 +224,7 @@ func testMergedBetweenBaseCheckAndWALListing(t *testing.T, sc storeCase) {
 // The refresh listed the generation and probed the base before the merge;
 // the merge then commits and reclaims the generation before the refresh
 // loads its seal record. The refresh starts over instead of failing the
-// read (found by the benchmark under load).
+// read. The benchmark found this under load.
 func TestGenerationReclaimedWhileRefreshLoadsIt(t *testing.T) {
 	forStores(t, testGenerationReclaimedWhileRefreshLoadsIt, true)
 }
@@ -270,7 +277,7 @@ func TestDiscoveryGenerationReclaimedBetweenProbeAndLayout(t *testing.T) {
 	}
 }
 
-// 10. A refresh whose newest version is collected between the probe that
+// A refresh whose newest version is collected between the probe that
 // found it and the load: it looks again instead of failing the reads that
 // joined it.
 func TestRefreshRetriesACollectedVersion(t *testing.T) {
@@ -319,6 +326,9 @@ func TestRefreshRetriesACollectedVersion(t *testing.T) {
 	r.mustRead("y", 10)
 }
 
+// A segment that stays missing is ErrMissingFile (never ErrNotFound) after
+// exactly the bounded attempts; a pinned read whose data file is missing
+// makes one attempt and answers ErrVersionGone.
 func TestMissingForGoodIsBoundedError(t *testing.T) {
 	forStores(t, testMissingForGoodIsBoundedError, true)
 }
@@ -357,7 +367,7 @@ func testMissingForGoodIsBoundedError(t *testing.T, sc storeCase) {
 	}
 }
 
-// 5. A payload body that opens and then fails with not-found on every read
+// A payload body that opens and then fails with not-found on every read
 // ends in ErrMissingFile after the bounded retries, never a loop.
 func TestPayloadRetryIsBounded(t *testing.T) {
 	fb := faulty.New(memory.New())
@@ -382,8 +392,7 @@ func TestPayloadRetryIsBounded(t *testing.T) {
 // A list whose bounded retries all meet vanished files gives up as every
 // read does: ErrMissingFile with each attempt's cause, never the store's
 // bare not-found (a list answering "not found" for a table that has rows).
-// Found by the simulator (seed 507907 of a 20,000-seed soak: two reclaims
-// and one injected loss spent the list's three attempts).
+// Simulator seed 507907 found this.
 func TestListRetriesSpentIsMissingFile(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
@@ -404,9 +413,7 @@ func TestListRetriesSpentIsMissingFile(t *testing.T) {
 // A refresh whose bounded attempts all meet vanished files gives up with
 // every attempt's cause, as a read and a list do: the first attempts' causes
 // (here a fault the caller can recognise) are not replaced by the last one's.
-// Found by the simulator (seed 45325 of the 100,000-seed soak: a segment whose
-// every body failed spent three attempts, a reclaim the fourth, and the
-// answer named only the reclaim).
+// Simulator seed 45325 found this.
 func TestRefreshRetriesSpentKeepEveryCause(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()

@@ -19,8 +19,13 @@ import (
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
+// An orphan payload (its append crashed after the upload) younger than
+// the grace stays; an older one is swept.
 func TestOrphanSweepRespectsGrace(t *testing.T) { forStores(t, testOrphanSweepRespectsGrace, false) }
 
+// An append that crashes after its payload upload, or before its segment
+// put, is not acknowledged and leaves nothing visible; its payload is an
+// orphan the sweep removes, and the client's retry succeeds.
 func TestWriteCrashPoints(t *testing.T) { forStores(t, testWriteCrashPoints, true) }
 
 func testWriteCrashPoints(t *testing.T, sc storeCase) {
@@ -71,8 +76,9 @@ func testOrphanSweepRespectsGrace(t *testing.T, sc storeCase) {
 	}
 }
 
-// A sweep in one process must not take a payload that a merge in another
-// process has just moved from the WAL into a new base version.
+// A sweep in one process, held after its first listing, does not take a
+// payload that a merge in another process has meanwhile moved from the WAL
+// into a new base version.
 func TestSweepDoesNotRaceForeignMerge(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
@@ -119,9 +125,7 @@ func TestSweepAgainstSegmentPutInFlight(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-	fa := faulty.New(mem)
-	t.Cleanup(fa.Reset)
-	a := newEnv(t, fa, leaseConfig("s0", clk))
+	a, fa := faultyEnv(t, mem, leaseConfig("s0", clk))
 	if err := appendSized(a.tb, "a1", 20<<10); err != nil {
 		t.Fatal(err)
 	}
