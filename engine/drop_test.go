@@ -396,10 +396,7 @@ func TestSealMeetingADropAnswersTheDrop(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-	a := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	ownerWithA1(t, mem, clk)
 	clk.Advance(16 * time.Second) // A stalls; its lease lapses
 	b, fb := faultyEnv(t, mem, leaseConfig("s0", clk))
 	dropper := newEnv(t, mem, leaseConfig("", clk))

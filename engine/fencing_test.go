@@ -52,10 +52,7 @@ func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
-	a := newEnv(t, fb, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, fb, clk)
 	partitioned := errors.New("partitioned")
 	fb.Fail(faulty.OpRenewLease, faulty.AnyKey, partitioned, faulty.Always())
 	fb.Fail(faulty.OpReleaseLease, faulty.AnyKey, partitioned, faulty.Always())
@@ -112,10 +109,7 @@ func TestZombieSegmentLandsInSealedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
-	a := newEnv(t, fb, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, fb, clk)
 	gate := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/wal/"))
 	late := make(chan error, 1)
 	go func() { late <- appendID(a.tb, "a2") }()
@@ -152,10 +146,7 @@ func TestZombieSegmentLandsInReclaimedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
-	a := newEnv(t, fb, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, fb, clk)
 	inFlight := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
 	late := await(func() error { return appendID(a.tb, "a2") })
 	mustWait(t, inFlight)
@@ -183,10 +174,7 @@ func TestZombieSegmentNeverCountedRetryElsewhereWritesAnew(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
-	a := newEnv(t, fb, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, fb, clk)
 	landed := a.hooks.Pause("write:after-segment") // a2's segment is in the store, uncounted
 	late := await(func() error { return appendID(a.tb, "a2") })
 	if err := landed.Wait(waitCtx(t)); err != nil {
@@ -221,10 +209,7 @@ func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 			clk := objstoretest.NewClock()
 			mem := memory.New(memory.WithClock(clk.Now))
 			fb := faulty.New(mem)
-			a := newEnv(t, fb, leaseConfig("s0", clk))
-			if err := appendID(a.tb, "a1"); err != nil {
-				t.Fatal(err)
-			}
+			a := ownerWithA1(t, fb, clk)
 			gate := fb.Pause(faulty.OpPut, faulty.After, faulty.KeyContains(".arrow"))
 			late := make(chan error, 1)
 			go func() { late <- appendID(a.tb, "a2") }()
@@ -279,10 +264,7 @@ func TestNewOwnerTakesTheNextGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fa := faulty.New(mem)
-	a := newEnv(t, fa, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, fa, clk)
 	aPut := fa.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
 	aLate := await(func() error { return appendID(a.tb, "a2") })
 	mustWait(t, aPut)

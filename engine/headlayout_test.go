@@ -50,10 +50,7 @@ func TestHeadLayoutAcrossDropAndRecreate(t *testing.T) {
 func TestHeadLayoutZombiePausedAtItsSwap(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-	a := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, mem, clk)
 	reader := newEnv(t, mem, leaseConfig("", clk))
 	if _, err := reader.tb.Get(context.Background(), "a1", ReadOptions{}); err != nil {
 		t.Fatal(err)

@@ -430,3 +430,39 @@ func fencedOwnersLateClaim(t *testing.T, mem *memory.Bucket, clk *objstoretest.C
 	}
 	return b, c
 }
+
+// ownerWithA1 opens process A on store as s0's writer (with a shard lease
+// on clk) and has it acknowledge a1.
+func ownerWithA1(t *testing.T, store objstore.Bucket, clk *objstoretest.Clock) *env {
+	t.Helper()
+	a := newEnv(t, store, leaseConfig("s0", clk))
+	if err := appendID(a.tb, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// readAcrossReclaim starts a read of id on r, pauses it at point, merges
+// and reclaims through another process on store meanwhile, and returns
+// the read's answer.
+func readAcrossReclaim(t *testing.T, r *env, store objstore.Bucket, point, id string) readResult {
+	t.Helper()
+	gate := r.hooks.Pause(point)
+	ch := goRead(r.tb, id)
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	mergeOther(t, store)
+	gate.Release()
+	return <-ch
+}
+
+// holdPinnedRead starts r's read of id pinned at version v, and holds it
+// once the HEAD of version held (through r's faulty store f) has answered.
+func holdPinnedRead(t *testing.T, f *faulty.Bucket, r *env, id string, v, held uint64) (*faulty.Gate, chan error) {
+	t.Helper()
+	gate := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(held)))
+	done := await(func() error { _, err := r.tb.Get(context.Background(), id, ReadOptions{Version: v}); return err })
+	mustWait(t, gate)
+	return gate, done
+}

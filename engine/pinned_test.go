@@ -223,9 +223,7 @@ func TestPinnedNewestRacesNextCommitFreshReader(t *testing.T) {
 	mem := memory.New()
 	w := twoVersions(t, mem)
 	r, f := faultyEnv(t, mem, testConfig(""))
-	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
-	done := await(func() error { _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 2}); return err })
-	mustWait(t, held)
+	held, done := holdPinnedRead(t, f, r, "x", 2, 3)
 	walRow(t, w, "z", 1000)
 	w.merge()
 	if _, err := mem.Head(ctx, w.tb.keys.Version(2)); err != nil {
@@ -261,9 +259,7 @@ func TestPinnedNewestRacesOwnMerge(t *testing.T) {
 	if v := r.tb.snap.Load().version(); v != 2 {
 		t.Fatalf("r's view is version %d, want 2", v)
 	}
-	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
-	done := await(func() error { _, err := r.tb.Get(ctx, "x", ReadOptions{Version: 2}); return err })
-	mustWait(t, held)
+	held, done := holdPinnedRead(t, f, r, "x", 2, 3)
 	walRow(t, w, "z", 1000)
 	if _, err := r.tb.Merge(ctx, MergeOptions{}); err != nil {
 		t.Fatal(err)
@@ -292,9 +288,7 @@ func TestPinnedFutureVersionRacesItsCommit(t *testing.T) {
 	if _, err := r.tb.Get(ctx, "y", ReadOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	held := f.Pause(faulty.OpHead, faulty.After, faulty.Key(r.tb.keys.Version(3)))
-	done := await(func() error { _, err := r.tb.Get(ctx, "z", ReadOptions{Version: 3}); return err })
-	mustWait(t, held)
+	held, done := holdPinnedRead(t, f, r, "z", 3, 3)
 	walRow(t, w, "z", 1000)
 	w.merge() // version 3
 	held.Release()

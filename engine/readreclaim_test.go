@@ -36,14 +36,7 @@ func testReadPausedAtLocatedSurvivesReclaim(t *testing.T, sc storeCase) {
 			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			walRow(t, e, "x", size)
-			gate := e.hooks.Pause("read:located")
-			ch := goRead(e.tb, "x")
-			if err := gate.Wait(waitCtx(t)); err != nil {
-				t.Fatal(err)
-			}
-			mergeOther(t, store) // commits v1 and deletes the generation the read found x in
-			gate.Release()
-			r := <-ch
+			r := readAcrossReclaim(t, e, store, "read:located", "x") // the merge deletes the generation the read found x in
 			if r.err != nil || !bytes.Equal(r.data, payloadFor("x", size)) {
 				t.Fatalf("read after reclaim: %v (%d bytes)", r.err, len(r.data))
 			}
@@ -75,14 +68,7 @@ func testReadPausedBetweenRowAndPayloadSurvivesReclaim(t *testing.T, sc storeCas
 			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			walRow(t, e, "x", size)
-			gate := e.hooks.Pause("read:row-read") // metadata read from the WAL; payload not yet opened
-			ch := goRead(e.tb, "x")
-			if err := gate.Wait(waitCtx(t)); err != nil {
-				t.Fatal(err)
-			}
-			mergeOther(t, store)
-			gate.Release()
-			r := <-ch
+			r := readAcrossReclaim(t, e, store, "read:row-read", "x") // the row read from the WAL, its payload not yet opened
 			if r.err != nil || !bytes.Equal(r.data, payloadFor("x", size)) {
 				t.Fatalf("read: %v", r.err)
 			}
@@ -114,20 +100,13 @@ func testReadLosesBodyMidStreamResumesFromBase(t *testing.T, sc storeCase) {
 			fb := faulty.New(mem)
 			e := newEnv(t, fb, testConfig("s0"))
 			walRow(t, e, "x", size)
-			opened := e.hooks.Pause("read:payload-opened")
 			// After 1000 bytes the open body fails the way a resumed Azure read
 			// of a deleted blob does.
 			walOrPayload := faulty.KeyFunc(func(k string) bool { return !bytes.Contains([]byte(k), []byte("/base/")) })
 			// The row's location says all a payload read needs: its first
 			// ranged read is the payload.
 			fb.FailRead(faulty.OpGetRange, walOrPayload, 1000, objstore.ErrNotFound)
-			ch := goRead(e.tb, "x")
-			if err := opened.Wait(waitCtx(t)); err != nil {
-				t.Fatal(err)
-			}
-			mergeOther(t, mem)
-			opened.Release()
-			r := <-ch
+			r := readAcrossReclaim(t, e, mem, "read:payload-opened", "x")
 			if r.err != nil || !bytes.Equal(r.data, payloadFor("x", size)) {
 				t.Fatalf("read: %v (%d bytes)", r.err, len(r.data))
 			}
@@ -205,14 +184,7 @@ func testMergedBetweenBaseCheckAndWALListing(t *testing.T, sc storeCase) {
 	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
 	walRow(t, e, "x", 100)
-	gate := e.hooks.Pause("refresh:after-base")
-	ch := goRead(e.tb, "x")
-	if err := gate.Wait(waitCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	mergeOther(t, store)
-	gate.Release()
-	r := <-ch
+	r := readAcrossReclaim(t, e, store, "refresh:after-base", "x")
 	if r.err != nil || !bytes.Equal(r.data, payloadFor("x", 100)) {
 		t.Fatalf("false absent or error: %v", r.err)
 	}
@@ -234,14 +206,7 @@ func testGenerationReclaimedWhileRefreshLoadsIt(t *testing.T, sc storeCase) {
 	e := newEnv(t, store, testConfig("s0"))
 	walRow(t, e, "x", 100)
 	reader := newEnv(t, store, testConfig("")) // nothing cached: must load the seal
-	gate := reader.hooks.Pause("refresh:after-base")
-	ch := goRead(reader.tb, "x")
-	if err := gate.Wait(waitCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	mergeOther(t, store)
-	gate.Release()
-	r := <-ch
+	r := readAcrossReclaim(t, reader, store, "refresh:after-base", "x")
 	if r.err != nil || !bytes.Equal(r.data, payloadFor("x", 100)) {
 		t.Fatalf("read: %v", r.err)
 	}
