@@ -237,8 +237,8 @@ func TestDropThroughStaleHandleDropsTheCurrentTable(t *testing.T) {
 // connection reset) never half-drops the table: either it completes and
 // reports success (the test has nothing more to check), or it reports
 // failure and the table is whole: another process reads the acknowledged
-// x, and a CreateTable ("ensure the table exists") answers ErrTableExists
-// instead of replacing it.
+// x, and a CreateTable ("ensure the table exists") fails instead of
+// replacing it.
 func TestDropLostTombstoneAnswerNeverHalfDrops(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()

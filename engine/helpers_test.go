@@ -40,6 +40,8 @@ func testConfig(shard string) Config {
 	}
 }
 
+// leaseConfig is testConfig with shard and merger leases (15s) on the
+// fake clock clk.
 func leaseConfig(shard string, clk *objstoretest.Clock) Config {
 	cfg := testConfig(shard)
 	cfg.LeaseDuration = 15 * time.Second
@@ -47,6 +49,8 @@ func leaseConfig(shard string, clk *objstoretest.Clock) Config {
 	return cfg
 }
 
+// env is one process on a store: its DB, its handle of table t, and the
+// hooks its pause points and failures are set through.
 type env struct {
 	t     *testing.T
 	store objstore.Bucket
@@ -55,6 +59,7 @@ type env struct {
 	hooks *hook.Set
 }
 
+// newEnv opens a process on store, creating table t unless it exists.
 func newEnv(t *testing.T, store objstore.Bucket, cfg Config) *env {
 	t.Helper()
 	hs := hook.NewSet()
@@ -78,6 +83,8 @@ func newEnv(t *testing.T, store objstore.Bucket, cfg Config) *env {
 	return &env{t: t, store: store, db: db, tb: tb, hooks: hs}
 }
 
+// put appends a new row id with a payload of size bytes; it must be
+// created.
 func (e *env) put(id string, size int) {
 	e.t.Helper()
 	res, err := e.tb.Append(context.Background(), Record{ID: id, RolloutID: "r-" + id, Sequence: 1}, bytes.NewReader(payloadFor(id, size)), int64(size))
@@ -89,6 +96,7 @@ func (e *env) put(id string, size int) {
 	}
 }
 
+// mustRead reads id's payload and checks its bytes.
 func (e *env) mustRead(id string, size int) {
 	e.t.Helper()
 	got, err := readPayload(e.tb, id)
@@ -100,6 +108,7 @@ func (e *env) mustRead(id string, size int) {
 	}
 }
 
+// merge seals e's open generation and merges.
 func (e *env) merge() MergeResult {
 	e.t.Helper()
 	ctx := context.Background()
@@ -138,6 +147,7 @@ func payloadFor(id string, size int) []byte {
 	return b
 }
 
+// readPayload reads id's whole payload from the table's latest view.
 func readPayload(tb *Table, id string) ([]byte, error) {
 	p, err := tb.OpenPayload(context.Background(), id, 0, -1, ReadOptions{})
 	if err != nil {
@@ -147,11 +157,13 @@ func readPayload(tb *Table, id string) ([]byte, error) {
 	return io.ReadAll(p)
 }
 
+// appendID appends id with a 100-byte payload.
 func appendID(tb *Table, id string) error {
 	_, err := tb.Append(context.Background(), Record{ID: id, RolloutID: "r"}, bytes.NewReader(payloadFor(id, 100)), 100)
 	return err
 }
 
+// appendSized appends id with a payload of size bytes.
 func appendSized(tb *Table, id string, size int) error {
 	_, err := tb.Append(context.Background(), Record{ID: id, RolloutID: "r"}, bytes.NewReader(payloadFor(id, size)), int64(size))
 	return err
@@ -200,6 +212,7 @@ func checkAll(t *testing.T, tb *Table, acked map[string]int) {
 	}
 }
 
+// errCrash is the failure a hook injects at a crash point.
 var errCrash = errors.New("simulated crash")
 
 // errOvertaken is what a store answers for a conditional Put that may have
@@ -215,6 +228,7 @@ func await(fn func() error) chan error {
 	return ch
 }
 
+// mustWait waits until a faulty gate holds a call.
 func mustWait(t *testing.T, g *faulty.Gate) {
 	t.Helper()
 	if err := g.Wait(waitCtx(t)); err != nil {
@@ -222,6 +236,8 @@ func mustWait(t *testing.T, g *faulty.Gate) {
 	}
 }
 
+// waitCtx bounds a wait on a pause point, so a schedule that never
+// reaches it fails instead of hanging.
 func waitCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -233,6 +249,7 @@ type readResult struct {
 	err  error
 }
 
+// goRead reads id's payload on its own goroutine.
 func goRead(tb *Table, id string) chan readResult {
 	ch := make(chan readResult, 1)
 	go func() {
@@ -257,6 +274,7 @@ func mergeOther(t *testing.T, store objstore.Bucket) MergeResult {
 	return res
 }
 
+// cfgMerge merges through e with compaction bounded at compactMax files.
 func cfgMerge(t *testing.T, e *env, compactMax int) {
 	t.Helper()
 	e.tb.db.cfg.CompactMaxFiles = compactMax
@@ -294,6 +312,7 @@ func twoVersions(t *testing.T, mem *memory.Bucket) *env {
 	return w
 }
 
+// faultyGate holds one of several processes' faulty gates.
 type faultyGate struct{ *faulty.Gate }
 
 // faultyEnv opens a process on store through a faulty layer, whose rules
