@@ -1,5 +1,10 @@
 package engine
 
+// Bounds (doc.go, "Back-pressure and bounds"): a merge backlog refuses
+// appends, never reads; payload reads reserve from an in-flight byte
+// budget; resident snapshots are bounded by the cache and reload when
+// evicted.
+
 import (
 	"context"
 	"errors"
@@ -96,11 +101,7 @@ func TestResidentSnapshotsBounded(t *testing.T) {
 	cfg := testConfig("s0")
 	cfg.CacheBytes = 16 << 20 // resident: 1 MiB
 	store := memory.New()
-	db, err := Open(store, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	db := openDB(t, store, cfg)
 	ctx := context.Background()
 	var tables []*Table
 	for i := 0; i < 3; i++ {

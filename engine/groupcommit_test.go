@@ -1,6 +1,12 @@
 package engine
 
+// Appends that queue behind a commit are checked and written together
+// (doc.go, step 3): one check, one segment and one head swap for the group,
+// with each append answered on its own; a caller that gives up while its
+// rows are queued does not take their payload with it.
+
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +17,7 @@ import (
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
-// TestGroupCommitSharesTheCheck: appends that queue behind a commit are
-// checked together and written together: one existence check (at most one
+// Appends that queue behind a commit are checked together and written together: one existence check (at most one
 // refresh), one segment and one head swap for all of them; an identical
 // retry among them is answered without a second row, and a conflicting one
 // is refused alone, having written nothing.
@@ -104,30 +109,30 @@ func waitQueued(t *testing.T, tb *Table, n int) {
 	}
 }
 
-// TestManyWritersRegisterAtOnce: writers of many shards starting together
-// (a StatefulSet rolled) all register, whatever their collisions on the
-// registry's compare-and-swap, and every row is acknowledged and read back.
-func TestManyWritersRegisterAtOnce(t *testing.T) {
+// A caller that gives up while its rows are queued does not take their
+// payload with it: the rows are still committed.
+func TestCancelledQueuedAppendKeepsPayload(t *testing.T) {
 	fb := faulty.New(memory.New())
-	newEnv(t, fb, testConfig("")) // creates the table
-	// Slow registry round trips widen every collision window.
-	fb.Latency(faulty.OpAny, faulty.KeyContains("_registry.json"), 3*time.Millisecond, faulty.Always())
-	const n = 24
-	var envs []*env
-	for i := range n {
-		envs = append(envs, newEnv(t, fb, testConfig(fmt.Sprintf("s%02d", i))))
+	e := newEnv(t, fb, testConfig("s0"))
+	size := 20 << 10
+	e.put("warm", 1)
+	gate := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.tb.Append(ctx, Record{ID: "x", RolloutID: "r"}, bytes.NewReader(payloadFor("x", size)), int64(size))
+		done <- err
+	}()
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
 	}
-	var results []chan error
-	for i, e := range envs {
-		id := fmt.Sprintf("row-%02d", i)
-		results = append(results, await(func() error { return appendID(e.tb, id) }))
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled append: %v", err)
 	}
-	want := map[string]int{}
-	for i, ch := range results {
-		if err := <-ch; err != nil {
-			t.Fatalf("writer %d: %v", i, err)
-		}
-		want[fmt.Sprintf("row-%02d", i)] = 100
+	gate.Release()
+	if err := e.tb.Flush(context.Background()); err != nil { // the queued rows commit
+		t.Fatal(err)
 	}
-	checkAll(t, newEnv(t, fb, testConfig("")).tb, want)
+	e.mustRead("x", size)
 }

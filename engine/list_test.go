@@ -1,5 +1,9 @@
 package engine
 
+// Listing and scanning answer every acknowledged row once, from the WAL
+// and the base together: pages, filters, scans with and without payloads.
+// A batch append is one commit, all or nothing.
+
 import (
 	"bytes"
 	"context"

@@ -1,5 +1,12 @@
 package engine
 
+// A merge moves sealed generations into the next base version without
+// losing, doubling or skipping a row (doc.go, step 6): a crash at any point
+// converges on the next merge, appends go on during a merge, concurrent
+// mergers (with or without the lease) commit each row once, a watermark
+// never passes a generation, a bounded pass leaves the rest for the next,
+// and one id on two shards is kept once.
+
 import (
 	"bytes"
 	"context"
@@ -10,48 +17,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
+	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
-var errCrash = errors.New("simulated crash")
-
-// checkAll asserts every acknowledged id reads back byte-equal, and that a
-// scan of the latest view holds each exactly once and nothing else.
-func checkAll(t *testing.T, tb *Table, acked map[string]int) {
-	t.Helper()
-	for id, n := range acked {
-		got, err := readPayload(tb, id)
-		if err != nil {
-			t.Fatalf("acknowledged %s: %v", id, err)
-		}
-		if !bytes.Equal(got, payloadFor(id, n)) {
-			t.Fatalf("acknowledged %s: wrong bytes", id)
-		}
-	}
-	var buf bytes.Buffer
-	if err := tb.Scan(context.Background(), &buf, ScanOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]int{}
-	if err := rowfile.ReadStream(&buf, func(_ int, r rowfile.Record) error { seen[r.ID]++; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	for id, c := range seen {
-		if c != 1 {
-			t.Fatalf("%s scanned %d times", id, c)
-		}
-		if _, ok := acked[id]; !ok {
-			t.Fatalf("unacknowledged %s visible", id)
-		}
-	}
-	if len(seen) != len(acked) {
-		t.Fatalf("scan has %d rows, %d acknowledged", len(seen), len(acked))
-	}
-}
-
+// A merge that crashes after writing its data, after its commit, or in
+// the middle of its reclaim loses and doubles nothing; the next merge, in
+// a fresh process, converges (no WAL left, every row in the base), and the
+// sweep removes the crashed merge's orphan data files.
 func TestMergeCrashPointsConverge(t *testing.T) { forStores(t, testMergeCrashPointsConverge, true) }
 
 func testMergeCrashPointsConverge(t *testing.T, sc storeCase) {
@@ -108,72 +84,9 @@ func testMergeCrashPointsConverge(t *testing.T, sc storeCase) {
 	}
 }
 
-func TestWriteCrashPoints(t *testing.T) { forStores(t, testWriteCrashPoints, true) }
-
-func testWriteCrashPoints(t *testing.T, sc storeCase) {
-	for _, point := range []string{"write:after-payload", "write:before-segment"} {
-		t.Run(point, func(t *testing.T) {
-			store := sc.open(t)
-			e := newEnv(t, store, testConfig("s0"))
-			acked := map[string]int{"before": 10 << 10}
-			e.put("before", 10<<10)
-			e.hooks.Fail(point, errCrash)
-			_, err := e.tb.Append(context.Background(), Record{ID: "lost", RolloutID: "r"}, bytes.NewReader(payloadFor("lost", 10<<10)), 10<<10)
-			if !errors.Is(err, errCrash) {
-				t.Fatalf("append did not stop at %s: %v", point, err)
-			}
-			e.put("after", 10<<10)
-			acked["after"] = 10 << 10
-			e.merge()
-			checkAll(t, e.tb, acked)
-			// The crashed append's payload object is an orphan: swept.
-			res, err := e.tb.Sweep(context.Background(), 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if point == "write:after-payload" && res.Payloads != 1 {
-				t.Fatalf("sweep removed %d payloads, want 1", res.Payloads)
-			}
-			checkAll(t, e.tb, acked)
-			// The client's retry of the unacknowledged append succeeds.
-			e.put("lost", 10<<10)
-			acked["lost"] = 10 << 10
-			checkAll(t, e.tb, acked)
-		})
-	}
-}
-
-// A put whose response was lost may have landed: the writer tells its own
-// landed segment (and its own head swap) from another writer's, so the
-// append is acknowledged once, with one copy of the row.
-func TestLostSegmentResponse(t *testing.T) { forStores(t, testLostSegmentResponse, false) }
-
-func testLostSegmentResponse(t *testing.T, sc storeCase) {
-	for _, key := range []string{".arrow", "_head.json"} {
-		t.Run(key, func(t *testing.T) {
-			fb := faulty.New(sc.open(t))
-			e := newEnv(t, fb, testConfig("s0"))
-			e.put("warm", 1)
-			rule := fb.LoseResponse(faulty.OpPut, faulty.KeyContains(key), errors.New("connection reset"))
-			e.put("a", 10)
-			if rule.Fired() != 1 {
-				t.Fatalf("the lost response was not exercised (%d)", rule.Fired())
-			}
-			e.put("b", 10)
-			// The retry of a finds the row: an identical retry, not a second copy.
-			res, err := e.tb.Append(context.Background(), Record{ID: "a", RolloutID: "r-a", Sequence: 1}, bytes.NewReader(payloadFor("a", 10)), 10)
-			if err != nil || res.Created {
-				t.Fatalf("retry: %+v %v", res, err)
-			}
-			m := e.merge()
-			if m.Rows != 3 || m.Duplicates != 0 {
-				t.Fatalf("merge: %+v", m)
-			}
-			checkAll(t, e.tb, map[string]int{"warm": 1, "a": 10, "b": 10})
-		})
-	}
-}
-
+// Appends acknowledged, and a generation sealed, while a merge is held
+// after writing its data are neither blocked nor lost: the generation
+// stays pending for the next merge.
 func TestAppendsDuringMergeNotBlockedNorLost(t *testing.T) {
 	forStores(t, testAppendsDuringMergeNotBlockedNorLost, false)
 }
@@ -224,6 +137,8 @@ func testAppendsDuringMergeNotBlockedNorLost(t *testing.T, sc storeCase) {
 	checkAll(t, e.tb, acked)
 }
 
+// Four mergers without the lease, all held before their commit and
+// released together, race on the commit: each row is in the base once.
 func TestConcurrentMergersNoDuplicates(t *testing.T) {
 	forStores(t, testConcurrentMergersNoDuplicates, true)
 }
@@ -248,8 +163,7 @@ func testConcurrentMergersNoDuplicates(t *testing.T, sc storeCase) {
 	// must keep them from duplicating rows.
 	var envs []*env
 	var gates []*faultyGate
-	cfg := testConfig("")
-	cfg.LeaseDuration = -1
+	cfg := noMergerLease(testConfig(""))
 	for i := 0; i < 4; i++ {
 		fb := faulty.New(store)
 		envs = append(envs, newEnv(t, fb, cfg))
@@ -294,8 +208,102 @@ func testConcurrentMergersNoDuplicates(t *testing.T, sc storeCase) {
 	}
 }
 
-type faultyGate struct{ *faulty.Gate }
+// Two mergers (no lease): M1 commits version 1 and stops at
+// merge:after-commit; M2 commits version 2 and reclaims every merged
+// generation; M1 then reclaims and collects from what is there. Nothing
+// lost or doubled, and a third merge converges.
+func TestTwoMergersOneStalledAfterCommit(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	w := newEnv(t, mem, testConfig("s0"))
+	cfg := noMergerLease(testConfig(""))
+	m1 := newEnv(t, mem, cfg)
+	m2 := newEnv(t, mem, cfg)
+	walRow(t, w, "a", 1000)
+	walRow(t, w, "b", 20<<10)
+	gate := m1.hooks.Pause("merge:after-commit")
+	done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{}); return err })
+	mustWait(t, gate)
+	walRow(t, w, "c", 1000)
+	res, err := m2.tb.Merge(ctx, MergeOptions{})
+	if err != nil || res.Version != 2 || len(res.Reclaimed) != 3 {
+		t.Fatalf("M2's merge: %+v %v", res, err)
+	}
+	gate.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("M1 after M2 reclaimed its generations: %v", err)
+	}
+	acked := map[string]int{"a": 1000, "b": 20 << 10, "c": 1000}
+	checkAll(t, m1.tb, acked)
+	checkAll(t, newEnv(t, mem, testConfig("")).tb, acked)
+	if res, err := m1.tb.Merge(ctx, MergeOptions{}); err != nil || res.Version != 0 {
+		t.Fatalf("third merge: %+v %v", res, err)
+	}
+	if st, _ := m1.tb.Status(ctx); st.Rows != 3 || st.Duplicates != 0 || len(st.Pending) != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+}
 
+// With the merger lease, a second merger is refused (ErrMergerBusy) while
+// the first is held, and merges once it is released.
+func TestMergerLeaseSingleton(t *testing.T) {
+	clk := objstoretest.NewClock()
+	store := memory.New(memory.WithClock(clk.Now))
+	w := newEnv(t, store, leaseConfig("s0", clk))
+	w.put("x", 10)
+	if err := w.tb.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m1 := newEnv(t, store, leaseConfig("", clk))
+	m2 := newEnv(t, store, leaseConfig("", clk))
+	gate := m1.hooks.Pause("merge:after-data")
+	done := make(chan error, 1)
+	go func() {
+		_, err := m1.tb.Merge(context.Background(), MergeOptions{})
+		done <- err
+	}()
+	if err := gate.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); !errors.Is(err, ErrMergerBusy) {
+		t.Fatalf("second merger: %v", err)
+	}
+	gate.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); err != nil {
+		t.Fatalf("merger after release: %v", err)
+	}
+	checkAll(t, m2.tb, map[string]int{"x": 10})
+}
+
+// A shard whose pod is gone keeps its generations mergeable: the merger
+// takes the free shard lease and seals the open generation.
+func TestMergerSealsAbandonedShard(t *testing.T) {
+	clk := objstoretest.NewClock()
+	store := memory.New(memory.WithClock(clk.Now))
+	w := newEnv(t, store, leaseConfig("gone", clk))
+	for _, id := range []string{"a", "b"} {
+		if err := appendID(w.tb, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.hooks.Fail("lease:renew", errors.New("dead"), faulty.Always())
+	m := newEnv(t, store, leaseConfig("", clk))
+	if res, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil || res.Version != 0 {
+		t.Fatalf("merged a live writer's open generation: %+v %v", res, err)
+	}
+	clk.Advance(2 * time.Hour) // lease expired, generation older than GenMaxAge
+	res, err := m.tb.Merge(context.Background(), MergeOptions{})
+	if err != nil || res.Rows != 2 {
+		t.Fatalf("abandoned shard not merged: %+v %v", res, err)
+	}
+	checkAll(t, m.tb, map[string]int{"a": 100, "b": 100})
+}
+
+// Two shards merge into one base; one id appended on both shards, both
+// checked before either committed, is kept once (the copy readers saw).
 func TestTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T) {
 	forStores(t, testTwoShardsOneBaseAndCrossShardDuplicate, false)
 }
@@ -367,6 +375,9 @@ func testTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T, sc storeCase) {
 	}
 }
 
+// A merge bounded by MaxBytes takes whole generations in order and
+// reports the leftover; a generation larger than the whole budget is
+// merged whole, alone.
 func TestBoundedPassLeftoversAndOversizedGeneration(t *testing.T) {
 	forStores(t, testBoundedPassLeftoversAndOversizedGeneration, false)
 }
@@ -418,19 +429,29 @@ func testBoundedPassLeftoversAndOversizedGeneration(t *testing.T, sc storeCase) 
 	checkAll(t, e.tb, acked)
 }
 
-func TestOrphanSweepRespectsGrace(t *testing.T) { forStores(t, testOrphanSweepRespectsGrace, false) }
-
-func testOrphanSweepRespectsGrace(t *testing.T, sc storeCase) {
-	store := sc.open(t)
+// A merge plans each shard from its watermark + 1 on, without a gap: a
+// generation whose seal record is missing stops the merge instead of
+// letting the watermark pass over it.
+func TestMergeNeverSkipsAGeneration(t *testing.T) {
+	store := memory.New()
 	e := newEnv(t, store, testConfig("s0"))
-	e.hooks.Fail("write:after-payload", errCrash)
-	_, _ = e.tb.Append(context.Background(), Record{ID: "x", RolloutID: "r"}, bytes.NewReader(payloadFor("x", 50<<10)), 50<<10)
-	res, err := e.tb.Sweep(context.Background(), time.Hour)
-	if err != nil || res.Payloads != 0 {
-		t.Fatalf("young orphan swept: %+v %v", res, err)
+	walRow(t, e, "g1", 10)
+	walRow(t, e, "g2", 10)
+	walRow(t, e, "g3", 10)
+	ctx := context.Background()
+	if err := store.Delete(ctx, e.tb.keys.Seal("s0", 2)); err != nil {
+		t.Fatal(err)
 	}
-	res, err = e.tb.Sweep(context.Background(), 0)
-	if err != nil || res.Payloads != 1 {
-		t.Fatalf("old orphan kept: %+v %v", res, err)
+	e.db.seals.Purge()
+	res, err := e.tb.Merge(ctx, MergeOptions{})
+	if err == nil {
+		t.Fatalf("merge over a generation without its seal record: %+v", res)
+	}
+	latest, _ := e.tb.latestVersion(ctx, 0)
+	if latest != 0 {
+		m, _ := e.tb.loadManifest(ctx, latest)
+		if m.watermark("s0") >= 2 {
+			t.Fatalf("the watermark passed generation 2: %+v", m.Watermarks)
+		}
 	}
 }

@@ -1,5 +1,9 @@
 package engine
 
+// Seeded, reproducible schedules of appends, merges and paused reads:
+// every read answers the acknowledged row, byte-equal, whatever runs while
+// it is paused.
+
 import (
 	"bytes"
 	"context"

@@ -1,5 +1,8 @@
 package engine
 
+// The cost model of the read path (doc.go, "Reads"): the store requests
+// each kind of lookup makes on a reader process, on every backend.
+
 import (
 	"bytes"
 	"context"

@@ -1,5 +1,8 @@
 package engine
 
+// The backends the engine's tests run on: memory and local always, Azurite
+// when it is running.
+
 import (
 	"os"
 	"testing"

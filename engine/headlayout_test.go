@@ -1,10 +1,10 @@
 package engine
 
-// Adversarial checks of the layout a head carries (doc.go, step 3): a
-// reviewer's attempts to make a head-seeded layout describe the wrong
-// segment — across a drop and re-create, a zombie paused at its swap, a
-// lost swap answer, the size cutoff, and a merger sealing the shard — each
-// forced with pause points. None broke it; they stay as regressions.
+// The row layout a head carries (doc.go, step 3) always describes the
+// segment that head counts: a reader seeded from a head never sees an
+// uncounted row or a stale layout, across a drop and re-create under one
+// reader, a zombie paused at its swap, a lost swap answer, the size bound
+// on a head's metadata, and a merger sealing the shard.
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 // Drop and re-create under one reader DB: the reader's layouts cache holds
 // the head-seeded layout of the old incarnation's (s0, 1, 1); the new
 // incarnation writes a different row set at the same relative key.
-func TestReviewHeadLayoutDropRecreate(t *testing.T) {
+func TestHeadLayoutAcrossDropAndRecreate(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	w := newEnv(t, mem, testConfig("s0"))
@@ -46,14 +46,11 @@ func TestReviewHeadLayoutDropRecreate(t *testing.T) {
 }
 
 // A zombie paused at its head swap (segment landed, swap pending) while a
-// reader probes; B takes the shard. The zombie's row must never show.
-func TestReviewHeadLayoutZombieAtCas(t *testing.T) {
+// reader probes; B takes the shard. The zombie's row never shows.
+func TestHeadLayoutZombiePausedAtItsSwap(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
-	a := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, mem, clk)
 	reader := newEnv(t, mem, leaseConfig("", clk))
 	if _, err := reader.tb.Get(context.Background(), "a1", ReadOptions{}); err != nil {
 		t.Fatal(err)
@@ -66,11 +63,7 @@ func TestReviewHeadLayoutZombieAtCas(t *testing.T) {
 	if _, err := reader.tb.Get(context.Background(), "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a2 before swap: %v", err)
 	}
-	clk.Advance(16 * time.Second)
-	b := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(b.tb, "b1"); err != nil {
-		t.Fatal(err)
-	}
+	b := takeOver(t, mem, clk)
 	gate.Release()
 	if err := <-late; !errors.Is(err, ErrFenced) {
 		t.Fatalf("zombie: %v", err)
@@ -87,12 +80,10 @@ func TestReviewHeadLayoutZombieAtCas(t *testing.T) {
 
 // The head swap's response is lost; a reader probes between the landing
 // and the retry, seeds the cache from the head, then the writer continues.
-func TestReviewHeadLayoutLostCasResponse(t *testing.T) {
+func TestHeadLayoutLostSwapAnswer(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
-	fb := faulty.New(mem)
-	t.Cleanup(fb.Reset)
-	w := newEnv(t, fb, testConfig("s0"))
+	w, fb := faultyEnv(t, mem, testConfig("s0"))
 	r := newEnv(t, mem, testConfig(""))
 	w.put("a", 100)
 	r.mustRead("a", 100)
@@ -108,7 +99,7 @@ func TestReviewHeadLayoutLostCasResponse(t *testing.T) {
 
 // Layouts around the 4 KiB bound, on every backend: a fresh reader sees
 // every row of a segment whose layout is just under / over the bound.
-func TestReviewHeadLayoutBoundary(t *testing.T) {
+func TestHeadLayoutSizeBoundary(t *testing.T) {
 	forStores(t, func(t *testing.T, sc storeCase) {
 		store := sc.open(t)
 		w := newEnv(t, store, testConfig("s0"))
@@ -142,7 +133,7 @@ func TestReviewHeadLayoutBoundary(t *testing.T) {
 // The merger seals an abandoned shard while its writer is paused at the
 // head swap with the segment landed; a sweep runs meanwhile. The row of
 // the uncounted segment never shows; everything acknowledged does.
-func TestReviewHeadLayoutMergerSealsAtCas(t *testing.T) {
+func TestHeadLayoutMergerSealsWhileWriterPausedAtSwap(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))

@@ -1,5 +1,12 @@
 package engine
 
+// A shard has one writer at a time and a generation exactly one, fixed by
+// the head swap that claimed it (doc.go, steps 2 and 3). The lease keeps
+// live writers apart, but correctness rests on the head: a writer that
+// lost the shard (a zombie) acknowledges nothing more, and a segment it
+// writes is part of its generation exactly when a head swap counted it, so
+// an uncounted segment is never read.
+
 import (
 	"bytes"
 	"context"
@@ -7,25 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
 	"github.com/rollstore/rollstore/objstore/memory"
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
-func leaseConfig(shard string, clk *objstoretest.Clock) Config {
-	cfg := testConfig(shard)
-	cfg.LeaseDuration = 15 * time.Second
-	cfg.Runtime = sched.WithClock(clk.Now)
-	return cfg
-}
-
-func appendID(tb *Table, id string) error {
-	_, err := tb.Append(context.Background(), Record{ID: id, RolloutID: "r"}, bytes.NewReader(payloadFor(id, 100)), 100)
-	return err
-}
-
+// Two live processes never write one shard: the second is refused
+// (ErrShardOwned) until the owner releases the shard, then takes it.
 func TestShardLeaseExclusive(t *testing.T) {
 	clk := objstoretest.NewClock()
 	store := memory.New(memory.WithClock(clk.Now))
@@ -56,10 +52,7 @@ func TestWriterPausedPastLeaseIsFenced(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
-	a := newEnv(t, fb, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, fb, clk)
 	partitioned := errors.New("partitioned")
 	fb.Fail(faulty.OpRenewLease, faulty.AnyKey, partitioned, faulty.Always())
 	fb.Fail(faulty.OpReleaseLease, faulty.AnyKey, partitioned, faulty.Always())
@@ -108,28 +101,22 @@ func TestWriterRecoversFromTransientSealFailure(t *testing.T) {
 	checkAll(t, e.tb, map[string]int{"a": 100, "b": 100})
 }
 
-// A segment put that was in flight when the writer lost its shard lands
-// after the new owner sealed the generation: it is not acknowledged, and
-// its rows never become visible.
-func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
+// A zombie's segment put, in flight when its writer lost the shard, lands
+// after the new owner sealed the generation (not yet merged): it is not
+// acknowledged, its row never becomes visible, and once the generation is
+// merged and reclaimed the sweep leaves no WAL object behind.
+func TestZombieSegmentLandsInSealedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
-	a := newEnv(t, fb, leaseConfig("s0", clk))
-	if err := appendID(a.tb, "a1"); err != nil {
-		t.Fatal(err)
-	}
+	a := ownerWithA1(t, fb, clk)
 	gate := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains("/wal/"))
 	late := make(chan error, 1)
 	go func() { late <- appendID(a.tb, "a2") }()
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(16 * time.Second)
-	b := newEnv(t, mem, leaseConfig("s0", clk))
-	if err := appendID(b.tb, "b1"); err != nil { // takes over, seals a's generation
-		t.Fatal(err)
-	}
+	b := takeOver(t, mem, clk) // takes over, seals a's generation
 	gate.Release()
 	if err := <-late; !errors.Is(err, ErrFenced) {
 		t.Fatalf("late write acknowledged: %v", err)
@@ -151,60 +138,65 @@ func TestLateSegmentOfFencedWriterIsNeverCommitted(t *testing.T) {
 	}
 }
 
-func TestMergerLeaseSingleton(t *testing.T) {
+// A zombie's segment put lands after its generation was sealed by the new
+// owner, merged and reclaimed: the key is free again, so the put succeeds,
+// but no head ever counts it. The zombie is not acknowledged and the row is
+// never visible.
+func TestZombieSegmentLandsInReclaimedGeneration(t *testing.T) {
 	clk := objstoretest.NewClock()
-	store := memory.New(memory.WithClock(clk.Now))
-	w := newEnv(t, store, leaseConfig("s0", clk))
-	w.put("x", 10)
-	if err := w.tb.Flush(context.Background()); err != nil {
-		t.Fatal(err)
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := ownerWithA1(t, fb, clk)
+	inFlight := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	late := await(func() error { return appendID(a.tb, "a2") })
+	mustWait(t, inFlight)
+	b := takeOver(t, mem, clk) // takes the shard: seals a's generation as {a1}
+	res := b.merge()           // merges and (grace 0) reclaims that generation
+	if len(res.Reclaimed) == 0 {
+		t.Fatalf("nothing reclaimed: %+v", res)
 	}
-	m1 := newEnv(t, store, leaseConfig("", clk))
-	m2 := newEnv(t, store, leaseConfig("", clk))
-	gate := m1.hooks.Pause("merge:after-data")
-	done := make(chan error, 1)
-	go func() {
-		_, err := m1.tb.Merge(context.Background(), MergeOptions{})
-		done <- err
-	}()
-	if err := gate.Wait(waitCtx(t)); err != nil {
-		t.Fatal(err)
+	inFlight.Release() // the zombie's put lands in the reclaimed generation
+	if err := <-late; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie's late append: %v, want ErrFenced", err)
 	}
-	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); !errors.Is(err, ErrMergerBusy) {
-		t.Fatalf("second merger: %v", err)
-	}
-	gate.Release()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m2.tb.Merge(context.Background(), MergeOptions{}); err != nil {
-		t.Fatalf("merger after release: %v", err)
-	}
-	checkAll(t, m2.tb, map[string]int{"x": 10})
+	b.merge()
+	checkAll(t, b.tb, map[string]int{"a1": 100, "b1": 100})
+	checkAll(t, newEnv(t, mem, leaseConfig("", clk)).tb, map[string]int{"a1": 100, "b1": 100})
 }
 
-// A shard whose pod is gone keeps its generations mergeable: the merger
-// takes the free shard lease and seals the open generation.
-func TestMergerSealsAbandonedShard(t *testing.T) {
+// A zombie's segment lands (its head swap not yet sent) while the new
+// owner takes the shard: the row is visible exactly when a head swap
+// counted it. The zombie's swap loses to the new owner's seal: the zombie
+// is refused, the row is never visible (so no identical retry is answered
+// from it), and a retry on another shard, made while the uncounted segment
+// is in the store, writes it anew.
+func TestZombieSegmentNeverCountedRetryElsewhereWritesAnew(t *testing.T) {
 	clk := objstoretest.NewClock()
-	store := memory.New(memory.WithClock(clk.Now))
-	w := newEnv(t, store, leaseConfig("gone", clk))
-	for _, id := range []string{"a", "b"} {
-		if err := appendID(w.tb, id); err != nil {
-			t.Fatal(err)
-		}
+	mem := memory.New(memory.WithClock(clk.Now))
+	fb := faulty.New(mem)
+	a := ownerWithA1(t, fb, clk)
+	landed := a.hooks.Pause("write:after-segment") // a2's segment is in the store, uncounted
+	late := await(func() error { return appendID(a.tb, "a2") })
+	if err := landed.Wait(waitCtx(t)); err != nil {
+		t.Fatal(err)
 	}
-	w.hooks.Fail("lease:renew", errors.New("dead"), faulty.Always())
-	m := newEnv(t, store, leaseConfig("", clk))
-	if res, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil || res.Version != 0 {
-		t.Fatalf("merged a live writer's open generation: %+v %v", res, err)
+	b := takeOver(t, mem, clk) // seals a's generation at one segment
+	reader := newEnv(t, mem, leaseConfig("", clk))
+	if _, err := reader.tb.Get(context.Background(), "a2", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an uncounted segment's row is visible: %v", err)
 	}
-	clk.Advance(2 * time.Hour) // lease expired, generation older than GenMaxAge
-	res, err := m.tb.Merge(context.Background(), MergeOptions{})
-	if err != nil || res.Rows != 2 {
-		t.Fatalf("abandoned shard not merged: %+v %v", res, err)
+	other := newEnv(t, mem, leaseConfig("s1", clk))
+	res, err := other.tb.Append(context.Background(), Record{ID: "a2", RolloutID: "r"}, bytes.NewReader(payloadFor("a2", 100)), 100)
+	if err != nil || !res.Created {
+		t.Fatalf("retry on another shard: %+v %v", res, err)
 	}
-	checkAll(t, m.tb, map[string]int{"a": 100, "b": 100})
+	landed.Release()
+	if err := <-late; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie's append: %v, want ErrFenced", err)
+	}
+	_ = other.tb.Flush(context.Background())
+	b.merge()
+	checkAll(t, reader.tb, map[string]int{"a1": 100, "a2": 100, "b1": 100})
 }
 
 // A segment that landed just before its writer lost the shard is part of
@@ -217,10 +209,7 @@ func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 			clk := objstoretest.NewClock()
 			mem := memory.New(memory.WithClock(clk.Now))
 			fb := faulty.New(mem)
-			a := newEnv(t, fb, leaseConfig("s0", clk))
-			if err := appendID(a.tb, "a1"); err != nil {
-				t.Fatal(err)
-			}
+			a := ownerWithA1(t, fb, clk)
 			gate := fb.Pause(faulty.OpPut, faulty.After, faulty.KeyContains(".arrow"))
 			late := make(chan error, 1)
 			go func() { late <- appendID(a.tb, "a2") }()
@@ -229,11 +218,7 @@ func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 			}
 			var b *env
 			if takeover {
-				clk.Advance(16 * time.Second)
-				b = newEnv(t, mem, leaseConfig("s0", clk))
-				if err := appendID(b.tb, "b1"); err != nil { // seals a's generation at one segment
-					t.Fatal(err)
-				}
+				b = takeOver(t, mem, clk) // seals a's generation at one segment
 			} else {
 				clk.Advance(12 * time.Second) // lapsing, not expired
 			}
@@ -270,4 +255,37 @@ func TestLandedSegmentAnswerFollowsTheHead(t *testing.T) {
 			checkAll(t, r.tb, want)
 		})
 	}
+}
+
+// The new owner never shares the zombie's generation: it seals the
+// zombie's generation and claims the next, so a segment of each lands in
+// its own generation and each writer's answer follows its own head swap.
+func TestNewOwnerTakesTheNextGeneration(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	fa := faulty.New(mem)
+	a := ownerWithA1(t, fa, clk)
+	aPut := fa.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	aLate := await(func() error { return appendID(a.tb, "a2") })
+	mustWait(t, aPut)
+	clk.Advance(16 * time.Second)
+	fb := faulty.New(mem)
+	b := newEnv(t, fb, leaseConfig("s0", clk))
+	bPut := fb.Pause(faulty.OpPut, faulty.Before, faulty.KeyContains(".arrow"))
+	bLate := await(func() error { return appendID(b.tb, "b1") })
+	mustWait(t, bPut)
+	aPut.Release() // a's segment lands in its own generation, after b sealed it
+	if err := <-aLate; !errors.Is(err, ErrFenced) {
+		t.Fatalf("the zombie: %v, want ErrFenced", err)
+	}
+	bPut.Release()
+	if err := <-bLate; err != nil {
+		t.Fatalf("the new owner: %v", err)
+	}
+	h, err := readHead(context.Background(), b.db, b.tb.keys, "s0")
+	if err != nil || h.Gen != 2 || h.Segs != 1 || h.Owner == "" {
+		t.Fatalf("head after the takeover: %+v %v", h, err)
+	}
+	b.merge()
+	checkAll(t, newEnv(t, mem, leaseConfig("", clk)).tb, map[string]int{"a1": 100, "b1": 100})
 }
