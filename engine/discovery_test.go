@@ -55,7 +55,7 @@ func TestDiscoverySegmentLandsBetweenProbeAndRead(t *testing.T) {
 	r := newEnv(t, store, testConfig(""))
 	r.mustRead("warm", 1)
 	r.db.cfg.ResidentMaxAge = time.Nanosecond // every read refreshes
-	gate := r.hooks.Pause("refresh:after-heads")
+	gate := r.hooks.Pause(hookRefreshAfterHeads)
 	early := await(func() error { _, err := r.tb.Get(context.Background(), "x", ReadOptions{}); return err })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestDiscoveryGenerationSealedBetweenProbeAndLayout(t *testing.T) {
 	w.put("a", 10)
 	r := newEnv(t, store, testConfig(""))
 	r.db.cfg.ResidentMaxAge = time.Nanosecond
-	gate := r.hooks.Pause("refresh:after-heads")
+	gate := r.hooks.Pause(hookRefreshAfterHeads)
 	first := await(func() error { _, err := readPayload(r.tb, "a"); return err })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestIdleReRegisterAgainstAStalledRefresh(t *testing.T) {
 	r := newEnv(t, fr, testConfig(""))
 	r.mustRead("a", 100)
 	r.db.cfg.ResidentMaxAge = time.Nanosecond // every read refreshes
-	gate := r.hooks.Pause("refresh:after-heads")
+	gate := r.hooks.Pause(hookRefreshAfterHeads)
 	early := await(func() error { _, err := r.tb.Get(ctx, "y", ReadOptions{}); return err })
 	mustWait(t, gate)
 	w.put("y", 100)

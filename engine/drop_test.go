@@ -171,7 +171,7 @@ func TestTwoDropsAndACreateBetween(t *testing.T) {
 		p2 := newEnv(t, store, testConfig(""))
 		p3 := newEnv(t, store, testConfig("s1"))
 		ran := false
-		p1.hooks.Do("drop:fenced", func(context.Context) error {
+		p1.hooks.Do(hookDropFenced, func(context.Context) error {
 			if err := p2.db.DropTable(ctx, "t"); err != nil {
 				t.Errorf("P2's drop: %v", err)
 			}
@@ -313,7 +313,7 @@ func TestDropWhoseDescriptorReadFailsDoesNothing(t *testing.T) {
 	if err := p.db.DropTable(ctx, "t"); !errors.Is(err, errBusy) {
 		t.Fatalf("drop: %v, want the read's failure", err)
 	}
-	if err := p.tb.live(); err != nil {
+	if err := p.tb.checkLive(); err != nil {
 		t.Fatalf("handle retired by a drop that did not happen: %v", err)
 	}
 	p.put("b", 10)
@@ -426,7 +426,7 @@ func TestMergePausedAfterDataAcrossDropAndRecreate(t *testing.T) {
 	store := memory.New()
 	old := newEnv(t, store, testConfig("s0"))
 	walRow(t, old, "old", 10)
-	gate := old.hooks.Pause("merge:after-data")
+	gate := old.hooks.Pause(hookMergeAfterData)
 	merged := await(func() error { _, err := old.tb.Merge(context.Background(), MergeOptions{}); return err })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
@@ -453,7 +453,7 @@ func TestMergePausedInReclaimAcrossDropAndRecreate(t *testing.T) {
 	walRow(t, w, "old1", 1000)
 	walRow(t, w, "old2", 20<<10)
 	m := newEnv(t, mem, testConfig(""))
-	gate := m.hooks.Pause("merge:mid-reclaim")
+	gate := m.hooks.Pause(hookMidReclaim)
 	done := await(func() error { _, err := m.tb.Merge(ctx, MergeOptions{}); return err })
 	mustWait(t, gate)
 	admin := newEnv(t, mem, testConfig(""))
@@ -611,7 +611,7 @@ func TestRetriesSpentByADropAnswerTheDrop(t *testing.T) {
 			}
 			// The last attempt locates the row, then the drop runs.
 			located := 0
-			r.hooks.Do("read:located", func(context.Context) error {
+			r.hooks.Do(hookReadLocated, func(context.Context) error {
 				if located++; located == maxRetries+1 {
 					return w.db.DropTable(ctx, "t")
 				}
@@ -662,7 +662,7 @@ func TestPinnedReadNeverServesADroppedIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := newEnv(t, store, leaseConfig("", clk))
-	admin.hooks.Fail("drop:fenced", errCrash)
+	admin.hooks.Fail(hookDropFenced, errCrash)
 	if err := admin.db.DropTable(ctx, "t"); !errors.Is(err, errCrash) {
 		t.Fatalf("drop: %v", err)
 	}

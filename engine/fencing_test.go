@@ -175,7 +175,7 @@ func TestZombieSegmentNeverCountedRetryElsewhereWritesAnew(t *testing.T) {
 	mem := memory.New(memory.WithClock(clk.Now))
 	fb := faulty.New(mem)
 	a := ownerWithA1(t, fb, clk)
-	landed := a.hooks.Pause("write:after-segment") // a2's segment is in the store, uncounted
+	landed := a.hooks.Pause(hookAfterSegment) // a2's segment is in the store, uncounted
 	late := await(func() error { return appendID(a.tb, "a2") })
 	if err := landed.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)

@@ -512,7 +512,7 @@ func TestFloorLostAnswerAndCrashBeforeDelete(t *testing.T) {
 	errLost := errors.New("connection reset (answer lost)")
 	lost := f.LoseResponse(faulty.OpPut, faulty.Key(c.tb.keys.Registry()), errLost)
 	errCrash := errors.New("collector crashes")
-	c.hooks.Do("collect:before-delete", func(context.Context) error { return errCrash })
+	c.hooks.Do(hookCollectBeforeDelete, func(context.Context) error { return errCrash })
 	if _, _, err := c.tb.collectVersions(ctx); !errors.Is(err, errCrash) {
 		t.Fatalf("collection: %v, want the crash before its first delete", err)
 	}

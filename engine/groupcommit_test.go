@@ -36,7 +36,7 @@ func TestGroupCommitSharesTheCheck(t *testing.T) {
 	}
 
 	// Hold the next commit before its segment, and queue the rest behind it.
-	gate := w.hooks.Pause("write:before-segment")
+	gate := w.hooks.Pause(hookBeforeSegment)
 	held := await(func() error { return appendID(w.tb, "held") })
 	mustWait(t, gate)
 	const n = 12

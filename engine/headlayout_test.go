@@ -55,7 +55,7 @@ func TestHeadLayoutZombiePausedAtItsSwap(t *testing.T) {
 	if _, err := reader.tb.Get(context.Background(), "a1", ReadOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gate := a.hooks.Pause("head:cas")
+	gate := a.hooks.Pause(hookHeadCAS)
 	late := await(func() error { return appendID(a.tb, "a2") })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestHeadLayoutMergerSealsWhileWriterPausedAtSwap(t *testing.T) {
 	if err := appendID(a.tb, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	gate := a.hooks.Pause("head:cas")
+	gate := a.hooks.Pause(hookHeadCAS)
 	late := await(func() error { return appendID(a.tb, "a2") })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)

@@ -345,7 +345,7 @@ func twoMergers(t *testing.T, mem *memory.Bucket, cfg Config) (m1 *env, f1 *faul
 // their own retention and reclaim), and returns the error they stop with.
 func crashAfterCommit(m *env) error {
 	errCrashed := errors.New("M1 crashes after its commit")
-	m.hooks.Do("merge:after-commit", func(context.Context) error { return errCrashed })
+	m.hooks.Do(hookMergeAfterCommit, func(context.Context) error { return errCrashed })
 	return errCrashed
 }
 

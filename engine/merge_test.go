@@ -31,7 +31,7 @@ import (
 func TestMergeCrashPointsConverge(t *testing.T) { forStores(t, testMergeCrashPointsConverge, true) }
 
 func testMergeCrashPointsConverge(t *testing.T, sc storeCase) {
-	for _, point := range []string{"merge:after-data", "merge:after-commit", "merge:mid-reclaim"} {
+	for _, point := range []string{hookMergeAfterData, hookMergeAfterCommit, hookMidReclaim} {
 		t.Run(point, func(t *testing.T) {
 			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
@@ -103,7 +103,7 @@ func testAppendsDuringMergeNotBlockedNorLost(t *testing.T, sc storeCase) {
 	if err := e.tb.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	gate := e.hooks.Pause("merge:after-data")
+	gate := e.hooks.Pause(hookMergeAfterData)
 	merged := make(chan error, 1)
 	merger := newEnv(t, store, testConfig(""))
 	merger.hooks = e.hooks
@@ -221,7 +221,7 @@ func TestTwoMergersOneStalledAfterCommit(t *testing.T) {
 	m2 := newEnv(t, mem, cfg)
 	walRow(t, w, "a", 1000)
 	walRow(t, w, "b", 20<<10)
-	gate := m1.hooks.Pause("merge:after-commit")
+	gate := m1.hooks.Pause(hookMergeAfterCommit)
 	done := await(func() error { _, err := m1.tb.Merge(ctx, MergeOptions{}); return err })
 	mustWait(t, gate)
 	walRow(t, w, "c", 1000)
@@ -256,7 +256,7 @@ func TestMergerLeaseSingleton(t *testing.T) {
 	}
 	m1 := newEnv(t, store, leaseConfig("", clk))
 	m2 := newEnv(t, store, leaseConfig("", clk))
-	gate := m1.hooks.Pause("merge:after-data")
+	gate := m1.hooks.Pause(hookMergeAfterData)
 	done := make(chan error, 1)
 	go func() {
 		_, err := m1.tb.Merge(context.Background(), MergeOptions{})
@@ -289,7 +289,7 @@ func TestMergerSealsAbandonedShard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.hooks.Fail("lease:renew", errors.New("dead"), faulty.Always())
+	w.hooks.Fail(hookLeaseRenew, errors.New("dead"), faulty.Always())
 	m := newEnv(t, store, leaseConfig("", clk))
 	if res, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil || res.Version != 0 {
 		t.Fatalf("merged a live writer's open generation: %+v %v", res, err)
@@ -322,7 +322,7 @@ func testTwoShardsOneBaseAndCrossShardDuplicate(t *testing.T, sc storeCase) {
 	}
 	// The same id slipping through on both shards: both existence checks
 	// pass before either commits.
-	gates := []*hook.Gate{a.hooks.Pause("write:checked"), b.hooks.Pause("write:checked")}
+	gates := []*hook.Gate{a.hooks.Pause(hookChecked), b.hooks.Pause(hookChecked)}
 	errs := make(chan error, 2)
 	for _, e := range []*env{a, b} {
 		go func() {

@@ -149,7 +149,7 @@ func TestUncheckableHeadSwapThenRetryOfTheSameRows(t *testing.T) {
 	w, fb := faultyEnv(t, mem, testConfig("s0"))
 	w.put("a", 100)
 	throttled := objstore.ErrThrottled
-	w.hooks.Do("write:after-segment", func(context.Context) error {
+	w.hooks.Do(hookAfterSegment, func(context.Context) error {
 		// The swap counting b lands, its answer is lost, and every check
 		// of the outcome fails.
 		fb.LoseResponse(faulty.OpPut, faulty.KeyContains("/s0/_head.json"), errors.New("connection reset"))
@@ -188,7 +188,7 @@ func TestUnknownOutcomeKeepsExternalPayload(t *testing.T) {
 	e.put("warm", 1)
 	// The head swap lands but its answer is lost, and the writer cannot
 	// look: the outcome is unknown.
-	e.hooks.Do("head:cas", func(context.Context) error {
+	e.hooks.Do(hookHeadCAS, func(context.Context) error {
 		fb.LoseResponse(faulty.OpPut, faulty.KeyContains("_head.json"), errors.New("connection reset"))
 		fb.Fail(faulty.OpHead, faulty.KeyContains("_head.json"), objstore.ErrThrottled, faulty.Times(8))
 		return nil

@@ -160,7 +160,7 @@ func TestPinnedReadPausedAcrossCompactionAndCollection(t *testing.T) {
 		t.Fatalf("version %d", v)
 	}
 	r := newEnv(t, mem, testConfig(""))
-	gate := r.hooks.Pause("read:located")
+	gate := r.hooks.Pause(hookReadLocated)
 	type got struct {
 		rec *Record
 		err error

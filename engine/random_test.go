@@ -34,7 +34,7 @@ func TestRandomizedInterleavings(t *testing.T) {
 	}
 }
 
-var pausePoints = []string{"read:located", "read:row-read", "read:payload-opened", "refresh:after-base", "refresh:after-list"}
+var pausePoints = []string{hookReadLocated, hookReadRowRead, hookPayloadOpened, hookRefreshAfterBase, hookRefreshAfterHeads}
 
 func runSchedule(t *testing.T, store objstore.Bucket, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))

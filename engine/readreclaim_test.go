@@ -36,7 +36,7 @@ func testReadPausedAtLocatedSurvivesReclaim(t *testing.T, sc storeCase) {
 			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			walRow(t, e, "x", size)
-			r := readAcrossReclaim(t, e, store, "read:located", "x") // the merge deletes the generation the read found x in
+			r := readAcrossReclaim(t, e, store, hookReadLocated, "x") // the merge deletes the generation the read found x in
 			if r.err != nil || !bytes.Equal(r.data, payloadFor("x", size)) {
 				t.Fatalf("read after reclaim: %v (%d bytes)", r.err, len(r.data))
 			}
@@ -68,7 +68,7 @@ func testReadPausedBetweenRowAndPayloadSurvivesReclaim(t *testing.T, sc storeCas
 			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
 			walRow(t, e, "x", size)
-			r := readAcrossReclaim(t, e, store, "read:row-read", "x") // the row read from the WAL, its payload not yet opened
+			r := readAcrossReclaim(t, e, store, hookReadRowRead, "x") // the row read from the WAL, its payload not yet opened
 			if r.err != nil || !bytes.Equal(r.data, payloadFor("x", size)) {
 				t.Fatalf("read: %v", r.err)
 			}
@@ -106,7 +106,7 @@ func testReadLosesBodyMidStreamResumesFromBase(t *testing.T, sc storeCase) {
 			// The row's location says all a payload read needs: its first
 			// ranged read is the payload.
 			fb.FailRead(faulty.OpGetRange, walOrPayload, 1000, objstore.ErrNotFound)
-			r := readAcrossReclaim(t, e, mem, "read:payload-opened", "x")
+			r := readAcrossReclaim(t, e, mem, hookPayloadOpened, "x")
 			if r.err != nil || !bytes.Equal(r.data, payloadFor("x", size)) {
 				t.Fatalf("read: %v (%d bytes)", r.err, len(r.data))
 			}
@@ -130,7 +130,7 @@ func TestScanWithPayloadsAcrossReclaim(t *testing.T) {
 	if _, err := e.tb.Get(context.Background(), "x", ReadOptions{}); err != nil { // caches x's batch
 		t.Fatal(err)
 	}
-	gate := e.hooks.Pause("scan:snapshot")
+	gate := e.hooks.Pause(hookScanSnapshot)
 	var buf bytes.Buffer
 	done := await(func() error { return e.tb.Scan(context.Background(), &buf, ScanOptions{WithPayloads: true}) })
 	if err := gate.Wait(waitCtx(t)); err != nil {
@@ -184,7 +184,7 @@ func testMergedBetweenBaseCheckAndWALListing(t *testing.T, sc storeCase) {
 	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
 	walRow(t, e, "x", 100)
-	r := readAcrossReclaim(t, e, store, "refresh:after-base", "x")
+	r := readAcrossReclaim(t, e, store, hookRefreshAfterBase, "x")
 	if r.err != nil || !bytes.Equal(r.data, payloadFor("x", 100)) {
 		t.Fatalf("false absent or error: %v", r.err)
 	}
@@ -206,7 +206,7 @@ func testGenerationReclaimedWhileRefreshLoadsIt(t *testing.T, sc storeCase) {
 	e := newEnv(t, store, testConfig("s0"))
 	walRow(t, e, "x", 100)
 	reader := newEnv(t, store, testConfig("")) // nothing cached: must load the seal
-	r := readAcrossReclaim(t, reader, store, "refresh:after-base", "x")
+	r := readAcrossReclaim(t, reader, store, hookRefreshAfterBase, "x")
 	if r.err != nil || !bytes.Equal(r.data, payloadFor("x", 100)) {
 		t.Fatalf("read: %v", r.err)
 	}
@@ -227,7 +227,7 @@ func TestDiscoveryGenerationReclaimedBetweenProbeAndLayout(t *testing.T) {
 	r.mustRead("warm", 1)
 	walRow(t, w, "x", 1000) // sealed, pending: r has not loaded it
 	r.db.cfg.ResidentMaxAge = time.Nanosecond
-	gate := r.hooks.Pause("refresh:after-base")
+	gate := r.hooks.Pause(hookRefreshAfterBase)
 	read := await(func() error { _, err := readPayload(r.tb, "x"); return err })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func TestRefreshRetriesACollectedVersion(t *testing.T) {
 	r.mustRead("x", 10)
 	walRow(t, w, "y", 10)
 	merge()                                      // version 2 exists; r knows version 1
-	gate := r.hooks.Pause("refresh:before-base") // r's probe has found version 2
+	gate := r.hooks.Pause(hookRefreshBeforeBase) // r's probe has found version 2
 	read := await(func() error { _, err := r.tb.Status(context.Background()); return err })
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)

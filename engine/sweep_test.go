@@ -29,7 +29,7 @@ func TestOrphanSweepRespectsGrace(t *testing.T) { forStores(t, testOrphanSweepRe
 func TestWriteCrashPoints(t *testing.T) { forStores(t, testWriteCrashPoints, true) }
 
 func testWriteCrashPoints(t *testing.T, sc storeCase) {
-	for _, point := range []string{"write:after-payload", "write:before-segment"} {
+	for _, point := range []string{hookAfterPayload, hookBeforeSegment} {
 		t.Run(point, func(t *testing.T) {
 			store := sc.open(t)
 			e := newEnv(t, store, testConfig("s0"))
@@ -49,7 +49,7 @@ func testWriteCrashPoints(t *testing.T, sc storeCase) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if point == "write:after-payload" && res.Payloads != 1 {
+			if point == hookAfterPayload && res.Payloads != 1 {
 				t.Fatalf("sweep removed %d payloads, want 1", res.Payloads)
 			}
 			checkAll(t, e.tb, acked)
@@ -64,7 +64,7 @@ func testWriteCrashPoints(t *testing.T, sc storeCase) {
 func testOrphanSweepRespectsGrace(t *testing.T, sc storeCase) {
 	store := sc.open(t)
 	e := newEnv(t, store, testConfig("s0"))
-	e.hooks.Fail("write:after-payload", errCrash)
+	e.hooks.Fail(hookAfterPayload, errCrash)
 	_, _ = e.tb.Append(context.Background(), Record{ID: "x", RolloutID: "r"}, bytes.NewReader(payloadFor("x", 50<<10)), 50<<10)
 	res, err := e.tb.Sweep(context.Background(), time.Hour)
 	if err != nil || res.Payloads != 0 {
