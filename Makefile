@@ -62,7 +62,7 @@ sim:
 soak: SEEDS = 100000
 soak: sim
 
-# Checks that the simulation finds known bugs: each is re-introduced in a
+# Checks that the simulation finds known kinds of bug: each is introduced in a
 # scratch copy and must fail the simulation within its make-test budget.
 sim-mutants:
 	python3 test/simcheck/mutants.py

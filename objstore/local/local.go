@@ -30,7 +30,8 @@ const (
 	tmpDir = reserved + string(filepath.Separator) + "tmp"
 	// leaseDir holds lease files; see lease.go.
 	leaseDir = reserved + string(filepath.Separator) + "leases"
-	// oldFormatDir marks a folder of the earlier, RSO1 format.
+	// oldFormatDir marks a folder in the RSO1 format, which this package
+	// does not read.
 	oldFormatDir = ".rollstore-tmp"
 	// tmpMaxAge is how long a temporary file may go unwritten before Open
 	// takes it for a crashed writer's leftover.
@@ -57,8 +58,9 @@ const (
 	HookDeleteUnlinked = "local.delete.unlinked"
 )
 
-// ErrOldFormat reports a folder written by the earlier format of this
-// package, which Open refuses; see the package documentation.
+// ErrOldFormat reports a folder in the RSO1 format (objects in *.rso files),
+// which this package does not read and Open refuses; see the package
+// documentation.
 var ErrOldFormat = errors.New("local: folder is in the old RSO1 format (objects in *.rso files); this version stores objects as plain files and cannot read it: move it aside or delete it")
 
 // keyLocks serialise the writers of one key in this process: the
