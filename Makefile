@@ -62,7 +62,7 @@ sim:
 soak: SEEDS = 100000
 soak: sim
 
-# Checks that the simulation finds known bugs: each is re-introduced in a
+# Checks that the simulation finds known kinds of bug: each is introduced in a
 # scratch copy and must fail the simulation within its make-test budget.
 sim-mutants:
 	python3 test/simcheck/mutants.py
@@ -76,7 +76,7 @@ unit:
 # Azure SDK in the same run (appends, memory, reads, lookups against the
 # backlog and the number of writer shards with writers and a merger in
 # processes of their own, 10 minutes of merges under sustained writes);
-# prints a markdown report, the goal table of issue 10 first, and rewrites
+# prints a markdown report, the performance goal table first, and rewrites
 # BENCHMARKS.md (≲ 20 min). `make bench BENCH_FLAGS=-quick` is a < 90 s
 # smoke run that only prints.
 BENCH_FLAGS ?=

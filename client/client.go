@@ -1,5 +1,5 @@
-// Package client is the Go client of rollstore's HTTP API (see the README's
-// API table and api/openapi.yaml).
+// Package client is the Go client of rollstore's HTTP API (see docs/api.md
+// and api/openapi.yaml).
 //
 // It covers every route: tables (create, list, status, drop, versions,
 // merge), rollouts (put one with a streamed payload, put a batch, get,

@@ -11,7 +11,7 @@ import (
 	"github.com/rollstore/rollstore/client"
 )
 
-// The README's Go client section, compiled (it needs a server to run).
+// The Go client section of docs/api.md, compiled (it needs a server to run).
 func Example() {
 	ctx := context.Background()
 	c, err := client.New("http://127.0.0.1:8080", client.WithToken(os.Getenv("ROLLSTORE_TOKEN")))

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// The goal table of issue 10, filled in from this run. A goal missed is
+// The performance goal table (latency, requests, memory and throughput
+// targets against the raw SDK), filled in from this run. A goal missed is
 // reported as missed; it does not fail the run (correctness failures do).
 
 type goalRow struct {
@@ -283,7 +284,7 @@ func (r *report) goals() []goalRow {
 
 func (r *report) goalsSection(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("## Goals (issue 10) in this run\n\n")
+	p("## Performance goals in this run\n\n")
 	p("Ratios against the raw SDK GET of a 53,248-byte blob on the same Azurite, in the same phase of this run (each table\n")
 	p("below has the raw figures next to the ratios). Lookup goals are checked in the quiet read phase (section 3) and in\n")
 	p("every row of the scaling tables with writers idle (sections 7 and 8); the rows with writers active are listed\n")

@@ -16,11 +16,11 @@ func (r *report) interpret() []string {
 
 	// Failures first.
 	if e := reclaimFailure(r.quiet, r.load); e != "" {
-		add("**Correctness failure under reclamation:** `%s`. A WAL object listed by a snapshot refresh (LIST `wal/`, "+
-			"then GET of each pending generation's seal record or open segments) was reclaimed by a merge in between, and the "+
-			"refresh failed with the store's not-found error instead of moving to the newer base that holds those rows. "+
-			"The read path's bounded retry covers files of a located row, not the refresh itself, so the read (or "+
-			"`tb.Refresh`) fails; the service maps that to 500 `missing_file`.", e)
+		add("**Correctness failure under reclamation:** `%s`. A WAL object that a shard's head names (a segment, or a sealed "+
+			"generation's seal record, found by a snapshot refresh that HEADs the registry and the active shards' heads) was "+
+			"reclaimed by a merge, and the read failed with the store's not-found error instead of moving to the newer base that "+
+			"holds those rows (a refresh that meets a reclaimed file starts over from the newest base; a read retries a vanished "+
+			"file at most twice). The service maps this to 500 `missing_file`.", e)
 	}
 
 	// Appends.
@@ -134,13 +134,14 @@ func (r *report) interpretReads(add func(string, ...any)) {
 	}
 	if ops, _, _, n := desc(q, kWAL); n > 0 {
 		s := q.series[kWAL].summary()
-		lists, heads := perRead(q, kWAL, "List wal/"), perRead(q, kWAL, "Head manifest")
+		probes := perRead(q, kWAL, "Head head") + perRead(q, kWAL, "Head registry") + perRead(q, kWAL, "Head manifest")
 		note := ""
-		if lists >= 1 {
-			note = fmt.Sprintf(" The difference from a warm base hit (p50 %s ms) is the snapshot refresh every base miss makes so that "+
-				"writes acknowledged before the read are visible: %.0f manifest HEADs (the known version, then the next) and %.0f LIST of `wal/` per read — that, "+
-				"not the payload GET, dominates a WAL hit; its LIST also grows with the number of WAL objects pending.",
-				fms(warm.p50), heads, lists)
+		if probes >= 1 {
+			note = fmt.Sprintf(" The difference from a warm base hit (p50 %s ms) is the snapshot refresh a resident-snapshot miss makes so that "+
+				"writes acknowledged before the read are visible: %.2f HEADs per read (the registry, the active shards' heads, whose "+
+				"metadata carries the layout of the segment each counts last, and the next base manifest), no listing — that, "+
+				"not the payload GET, dominates a WAL hit.",
+				fms(warm.p50), probes)
 		}
 		add("**WAL hit**: %s per read; p50 %s ms = %s raw.%s", ops, fms(s.p50), dratio(s.p50, raw.p50), note)
 	}

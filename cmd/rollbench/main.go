@@ -23,7 +23,7 @@
 // child processes (`rollbench child`, see child.go). It counts every
 // request (objstore calls and HTTP requests) per read kind, checks every
 // byte read and the engine's counters, prints a markdown report that opens
-// with issue 10's goal table filled in, and writes it to BENCHMARKS.md. A
+// with the performance goal table filled in, and writes it to BENCHMARKS.md. A
 // goal missed is reported as missed; any read error, wrong byte,
 // missing-file error, or absent answer for a present row fails the run:
 // the report then has a FAILED section listing them, and the exit status is

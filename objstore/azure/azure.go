@@ -1,5 +1,7 @@
 // Package azure is the Azure Blob Storage backend of objstore, and the only
-// package in rollstore that imports the Azure SDK.
+// package of the service that imports the Azure SDK (the benchmark,
+// cmd/rollbench, and the staging fixture's raw-SDK baseline also import it,
+// to measure rollstore against plain SDK calls).
 //
 // Every key is a block blob in one container. Failures are translated to
 // objstore's sentinels in one function (mapError), so callers never see SDK
@@ -94,32 +96,7 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		Telemetry:        policy.TelemetryOptions{ApplicationID: "rollstore"},
 	}}
 
-	switch cfg.Auth {
-	case AuthConnectionString:
-		b.client, err = container.NewClientFromConnectionString(cfg.ConnectionString, cfg.Container, opts)
-	case AuthSharedKey:
-		var cred *container.SharedKeyCredential
-		cred, err = container.NewSharedKeyCredential(cfg.AccountName, cfg.AccountKey)
-		if err == nil {
-			b.client, err = container.NewClientWithSharedKeyCredential(containerURL(cfg), cred, opts)
-		}
-	case AuthWorkloadIdentity:
-		var cred *azidentity.WorkloadIdentityCredential
-		cred, err = azidentity.NewWorkloadIdentityCredential(&azidentity.WorkloadIdentityCredentialOptions{
-			ClientOptions: azcore.ClientOptions{Transport: b.httpClient},
-		})
-		if err == nil {
-			b.client, err = container.NewClient(containerURL(cfg), tokenCredential{cred}, opts)
-		}
-	case AuthDefault:
-		var cred *azidentity.DefaultAzureCredential
-		cred, err = azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
-			ClientOptions: azcore.ClientOptions{Transport: b.httpClient},
-		})
-		if err == nil {
-			b.client, err = container.NewClient(containerURL(cfg), tokenCredential{cred}, opts)
-		}
-	}
+	b.client, err = NewContainerClient(cfg, b.httpClient, opts)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("azure: %s credentials for container %s: %w", cfg.Auth, cfg.Container, err)
@@ -135,6 +112,42 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 	return b, nil
 }
 
+// NewContainerClient returns an azblob client of cfg.Container with the
+// credentials cfg.Auth selects (token credentials, from workload identity or
+// DefaultAzureCredential, fetch their tokens over hc) and the pipeline
+// settings in opts. It is how New connects, and it is exported for the one
+// other place that needs a plain SDK client with the same credentials: the
+// staging fixture's raw-SDK baseline, which measures what rollstore adds.
+func NewContainerClient(cfg Config, hc *http.Client, opts *container.ClientOptions) (*container.Client, error) {
+	switch cfg.Auth {
+	case AuthConnectionString:
+		return container.NewClientFromConnectionString(cfg.ConnectionString, cfg.Container, opts)
+	case AuthSharedKey:
+		cred, err := container.NewSharedKeyCredential(cfg.AccountName, cfg.AccountKey)
+		if err != nil {
+			return nil, err
+		}
+		return container.NewClientWithSharedKeyCredential(containerURL(cfg), cred, opts)
+	case AuthWorkloadIdentity:
+		cred, err := azidentity.NewWorkloadIdentityCredential(&azidentity.WorkloadIdentityCredentialOptions{
+			ClientOptions: azcore.ClientOptions{Transport: hc},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return container.NewClient(containerURL(cfg), tokenCredential{cred}, opts)
+	case AuthDefault:
+		cred, err := azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
+			ClientOptions: azcore.ClientOptions{Transport: hc},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return container.NewClient(containerURL(cfg), tokenCredential{cred}, opts)
+	}
+	return nil, fmt.Errorf("unknown auth mode %q", cfg.Auth)
+}
+
 // containerURL is the container's URL for the modes that do not parse a
 // connection string.
 func containerURL(cfg Config) string {
@@ -143,6 +156,15 @@ func containerURL(cfg Config) string {
 		endpoint = "https://" + cfg.AccountName + ".blob.core.windows.net"
 	}
 	return strings.TrimSuffix(endpoint, "/") + "/" + url.PathEscape(cfg.Container)
+}
+
+// NewHTTPClient returns the transport New builds when Config.HTTPClient is
+// nil: at most maxConns connections to the host, kept idle for reuse, and
+// connect as the bound on dialling (and, up to 10s, on the TLS handshake).
+// The staging fixture's raw-SDK baseline uses it too, so neither side has a
+// connection-handling advantage.
+func NewHTTPClient(maxConns int, connect time.Duration) *http.Client {
+	return newHTTPClient(maxConns, connect)
 }
 
 // newHTTPClient returns a client tuned for many concurrent requests to a

@@ -4,7 +4,7 @@ package azure_test
 // 503 ServerBusy, or a connection never made) and whose resend fails its
 // condition wrote nothing: ErrPrecondition, so that a merger replans and a
 // writer knows it was fenced, rather than "outcome unknown". Offline: a
-// fake transport plays the service. (Found by adversarial review 15b.)
+// fake transport plays the service.
 
 import (
 	"bytes"

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rollstore/rollstore/internal/payloadgen"
 )
 
 // Payloads: an id determines its payload's size, bytes and retry policy, so
@@ -52,12 +54,10 @@ func planFor(id string) plan {
 	return p
 }
 
-// payloadFor returns the payload of id: plan.size bytes of a ChaCha8 stream
-// keyed by the id's SHA-256.
+// payloadFor returns the payload of id: plan.size bytes of the id's
+// generated stream (payloadgen).
 func payloadFor(id string) []byte {
-	b := make([]byte, planFor(id).size)
-	rand.NewChaCha8(sha256.Sum256([]byte(id))).Read(b)
-	return b
+	return payloadgen.Bytes(id, planFor(id).size)
 }
 
 // outcome classifies one write attempt.

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks that the engine's simulation finds the bugs it is meant to find.
 
-Each mutant re-introduces, in a scratch copy of the repository, the kind of
-bug an adversarial review found in an earlier engine (issue "Acknowledged
-means forever"), expressed in the current protocol. For each, the
+Each mutant introduces, in a scratch copy of the repository, one protocol
+bug of the kind that breaks "acknowledged means forever" (a zombie's late
+commit, a drop that fences nothing, ...), expressed in the engine's
+protocol. For each, the
 simulation runs with its `make test` budget (2,000 seeds); a mutant it does
 not kill is a hole in the simulator. The script prints, per mutant, the
 first seed that failed and how long the simulation took to find it.
@@ -23,7 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# (name, what the earlier bug was, file, old text, new text)
+# (name, the bug it introduces, file, old text, new text)
 MUTANTS = [
     ("01-zombie-commits", "a zombie's late segment acknowledged into a generation it no longer owns",
      "engine/head.go", "\t\topts.IfMatch = prev.etag\n", "\t\t_ = prev.etag // no condition: any writer's swap wins\n"),

@@ -1,61 +1,27 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/internal/payloadgen"
 )
 
-// payload returns the deterministic bytes of the payload of id: random, so
-// nothing along the way can compress or deduplicate them, and reproducible,
-// so a read is checked byte for byte without keeping what was written.
-func payload(id string, size int) []byte {
-	r := rand.NewChaCha8(sha256.Sum256([]byte(id)))
-	b := make([]byte, size)
-	_, _ = r.Read(b)
-	return b
-}
+// payload returns the deterministic bytes of the payload of id (see
+// payloadgen): random, so nothing along the way can compress or deduplicate
+// them, and reproducible, so a read is checked byte for byte without keeping
+// what was written.
+func payload(id string, size int) []byte { return payloadgen.Bytes(id, size) }
 
-// streamBlock is what large payloads are generated from.
-var streamBlock = payload("rollbench stream block", 1<<20)
-
-// stream is a generator reader of n bytes cycling through streamBlock from
-// an offset derived from the id. It is deliberately not an io.Seeker, so
-// both the engine and the SDK take their streaming paths and the bench never
-// holds a large payload in memory.
-type stream struct {
-	off  int
-	left int64
-}
-
-func newStream(id string, n int64) *stream {
-	h := sha256.Sum256([]byte(id))
-	return &stream{off: int(binary.LittleEndian.Uint32(h[:]) % uint32(len(streamBlock))), left: n}
-}
-
-func (s *stream) Read(p []byte) (int, error) {
-	if s.left <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > s.left {
-		p = p[:s.left]
-	}
-	n := 0
-	for n < len(p) {
-		c := copy(p[n:], streamBlock[s.off:])
-		n += c
-		s.off = (s.off + c) % len(streamBlock)
-	}
-	s.left -= int64(n)
-	return n, nil
-}
+// newStream is a generator reader of n bytes for large payloads, cheaper
+// than payload's stream. It is deliberately not an io.Seeker, so both the
+// engine and the SDK take their streaming paths and the bench never holds a
+// large payload in memory.
+func newStream(id string, n int64) io.Reader { return payloadgen.NewCycling(id, n) }
 
 var benchMetadata = json.RawMessage(`{"source":"rollbench","episode":17,"tags":["bench","synthetic"]}`)
 
