@@ -26,11 +26,12 @@ build:
 run:
 	$(GO) run ./cmd/rollstore serve
 
-# gofmt and go vet; staticcheck (pinned in go.mod's tool directive); and
-# golangci-lint for errcheck only (pinned in tools/go.mod; .golangci.yml
+# gofmt; the documents' relative links and anchors; go vet; staticcheck
+# (pinned in go.mod's tool directive); and golangci-lint for errcheck only (pinned in tools/go.mod; .golangci.yml
 # records the deliberate unchecked errors), in both modules.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	python3 test/doclinks/doclinks.py
 	$(GO) vet $(PKGS)
 	cd $(K8S) && $(GO) vet ./...
 	$(GO) tool staticcheck $(PKGS)
