@@ -278,7 +278,13 @@ func (w *shardWriter) fail(skip []*appendReq, err error) {
 	w.mu.Lock()
 	if w.err == nil {
 		w.err = err
-		if !errors.Is(err, ErrClosed) {
+		switch {
+		case errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrTableNotFound), errors.Is(err, ErrFenced):
+			// A drop, or another writer taking the shard over (a rolling
+			// restart): the protocol working, nothing for an operator.
+			w.t.db.cfg.Logger.Info("shard writer stopped", "table", w.t.Name(), "shard", w.shard, "reason", err)
+		default:
 			w.t.db.cfg.Logger.Error("shard writer stopped", "table", w.t.Name(), "shard", w.shard, "err", err)
 		}
 	}
