@@ -248,6 +248,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) *flagGroups {
 	fs.Var(byteSize{&c.server.MaxBatchBytes}, "max-batch-body", fmt.Sprintf("largest batch body `size`, and largest decoded batch; a batch also holds at most %d rows (413 above either)", c.engine.SegmentMaxRows))
 	fs.DurationVar(&c.server.UploadIdleTimeout, "upload-idle-timeout", c.server.UploadIdleTimeout, "answer 408 to an upload that sends nothing for this long; 0 disables it and --upload-min-rate")
 	fs.Var(byteSize{&c.server.UploadMinRate}, "upload-min-rate", "`size` per second an upload must average after its first --upload-idle-timeout (408 below); 0 disables")
+	fs.DurationVar(&c.server.DownloadIdleTimeout, "download-idle-timeout", c.server.DownloadIdleTimeout, "cut off a streamed answer (payload, scan) whose client takes nothing for this long, freeing its slot and payload budget; 0 disables it and --download-min-rate")
+	fs.Var(byteSize{&c.server.DownloadMinRate}, "download-min-rate", "`size` per second a client must take a streamed answer at, on average, after its first --download-idle-timeout (cut off below); 0 disables")
+	fs.Float64Var(&c.server.MaxClientShare, "max-client-share", c.server.MaxClientShare, "`fraction` (0..1] of the request slots, upload slots and in-flight payload budget one client (its token with auth on, else its address) may hold; 1 disables")
 	fs.IntVar(&c.server.MaxConcurrentRequests, "max-concurrent-requests", c.server.MaxConcurrentRequests, "API requests served at once; more get 503 with Retry-After")
 	fs.IntVar(&c.server.MaxConcurrentUploads, "max-concurrent-uploads", c.server.MaxConcurrentUploads, "uploads (PUT of a rollout, batches) among them, so the rest always serve reads; default half of --max-concurrent-requests")
 	fs.Var(byteSize{&c.engine.MaxPayloadInFlight}, "max-inflight-payload", "payload `size` being read at once; reads beyond it get 503 with Retry-After")
@@ -330,6 +333,8 @@ func (c *serveConfig) validate() error {
 	positiveDur("orphan-grace", e.OrphanGrace)
 	notNegative := func(name string, d time.Duration) { p.check(d >= 0, opt(name), "must not be negative, got %v", d) }
 	notNegative("upload-idle-timeout", s.UploadIdleTimeout)
+	notNegative("download-idle-timeout", s.DownloadIdleTimeout)
+	p.check(s.MaxClientShare > 0 && s.MaxClientShare <= 1, opt("max-client-share"), "must be in (0, 1], got %v", s.MaxClientShare)
 	notNegative("merge-interval", s.MergeInterval)
 	notNegative("reclaim-grace", e.ReclaimGrace)
 	notNegative("retain-age", e.RetainAge)
@@ -351,6 +356,12 @@ func (c *serveConfig) validate() error {
 	}
 	if s.UploadMinRate == 0 {
 		s.UploadMinRate = -1
+	}
+	if s.DownloadIdleTimeout == 0 {
+		s.DownloadIdleTimeout = -1
+	}
+	if s.DownloadMinRate == 0 {
+		s.DownloadMinRate = -1
 	}
 	// One payload limit: the engine refuses what the server would.
 	e.MaxPayload = s.MaxBodyBytes

@@ -34,6 +34,22 @@ type Config struct {
 	// it a client sending a byte now and then holds its request slot for
 	// as long as it likes. Negative disables it.
 	UploadMinRate int64
+	// DownloadIdleTimeout: a streamed answer (a payload, a scan) whose
+	// client takes no byte for this long is cut off, giving back its
+	// request slot and payload budget. Negative disables it, and the
+	// minimum rate with it.
+	DownloadIdleTimeout time.Duration
+	// DownloadMinRate (bytes per second): after a head start of
+	// DownloadIdleTimeout, a client must have taken a streamed answer at
+	// least this fast on average, or it is cut off. Negative disables it.
+	DownloadMinRate int64
+	// MaxClientShare is the fraction (0 < share < 1) of the request
+	// slots, the upload slots and the in-flight payload budget that one
+	// client (its bearer token with auth on, else its address) may hold at
+	// once; past it the client is answered 503 overloaded while others
+	// are still served. A client holding nothing is always admitted. 1
+	// disables it.
+	MaxClientShare float64
 	// MaxConcurrentRequests bounds the API requests served at once; the
 	// next is refused with 503 and Retry-After rather than queued. Health
 	// and metrics requests are not counted.
@@ -94,6 +110,9 @@ func DefaultConfig() Config {
 		MaxBatchBytes:         64 << 20,
 		UploadIdleTimeout:     30 * time.Second,
 		UploadMinRate:         64 << 10,
+		DownloadIdleTimeout:   30 * time.Second,
+		DownloadMinRate:       64 << 10,
+		MaxClientShare:        0.5,
 		MaxConcurrentRequests: 1024,
 		MergeInterval:         30 * time.Second,
 		SweepEvery:            10,
@@ -123,6 +142,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.UploadMinRate < 0 {
 		c.UploadMinRate = 0
+	}
+	if c.DownloadIdleTimeout == 0 {
+		c.DownloadIdleTimeout = d.DownloadIdleTimeout
+	}
+	if c.DownloadMinRate == 0 {
+		c.DownloadMinRate = d.DownloadMinRate
+	}
+	if c.DownloadMinRate < 0 {
+		c.DownloadMinRate = 0
+	}
+	if c.MaxClientShare == 0 {
+		c.MaxClientShare = d.MaxClientShare
 	}
 	if c.MaxConcurrentRequests == 0 {
 		c.MaxConcurrentRequests = d.MaxConcurrentRequests
@@ -158,6 +189,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: MaxConcurrentRequests, MaxConcurrentUploads and MaxBatchRows must be positive")
 	case c.MaxConcurrentUploads > c.MaxConcurrentRequests:
 		return c, fmt.Errorf("server: MaxConcurrentUploads %d exceeds MaxConcurrentRequests %d", c.MaxConcurrentUploads, c.MaxConcurrentRequests)
+	case c.MaxClientShare < 0 || c.MaxClientShare > 1:
+		return c, fmt.Errorf("server: MaxClientShare %v must be in (0, 1] (1: no per-client bound)", c.MaxClientShare)
 	case c.SweepEvery < 0:
 		return c, fmt.Errorf("server: SweepEvery must be positive")
 	case c.DrainTimeout < 0, c.DrainDelay < 0, c.CloseTimeout < 0, c.RetryAfter < 0, c.ReadyTimeout < 0:

@@ -84,6 +84,9 @@ type serveEnv struct {
 func newServeEnv(t *testing.T, cfg Config) *serveEnv {
 	t.Helper()
 	store := memory.New()
+	if cfg.MaxClientShare == 0 {
+		cfg.MaxClientShare = 1 // every test client is 127.0.0.1
+	}
 	e := newEnv(t, func(o *envOptions) {
 		o.store = store
 		o.server = cfg

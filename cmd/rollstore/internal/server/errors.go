@@ -126,7 +126,7 @@ func classify(err error) outcome {
 	switch {
 	case errors.As(err, &ae):
 		return outcome{ae.status, ae.code, ae.status == http.StatusServiceUnavailable}
-	case errors.Is(err, errUploadIdle), errors.Is(err, errUploadSlow):
+	case errors.Is(err, errUploadIdle), errors.Is(err, errUploadSlow), errors.Is(err, errDownloadIdle), errors.Is(err, errDownloadSlow):
 		return outcome{http.StatusRequestTimeout, codeTimeout, false}
 	case errors.Is(err, errTruncated):
 		return outcome{http.StatusBadRequest, codeTruncatedBody, false}

@@ -64,7 +64,9 @@ type testEnv struct {
 func newEnv(t *testing.T, opts ...func(*envOptions)) *testEnv {
 	t.Helper()
 	o := envOptions{store: memory.New(), engine: testEngineConfig(),
-		server: Config{MergeInterval: -1, MaxBodyBytes: 1 << 20, MaxBatchBytes: 1 << 20}}
+		// Every test client is 127.0.0.1: no per-client share unless a
+		// test asks for one.
+		server: Config{MergeInterval: -1, MaxBodyBytes: 1 << 20, MaxBatchBytes: 1 << 20, MaxClientShare: 1}}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -117,8 +117,12 @@ func (s *Server) scan(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", mediaArrow)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if err := tb.Scan(r.Context(), w, opts); err != nil {
+	dw := s.newDownload(w)
+	if err := tb.Scan(r.Context(), dw, opts); err != nil {
 		w.Header().Del("Content-Type")
+		if dw.cause != nil {
+			return dw.cause
+		}
 		return err
 	}
 	return nil

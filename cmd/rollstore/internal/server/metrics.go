@@ -20,15 +20,18 @@ import (
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests      *prometheus.HistogramVec
-	inflight      prometheus.Gauge
-	draining      prometheus.Gauge
-	merges        *prometheus.CounterVec
-	mergeDuration *prometheus.HistogramVec
-	sweeps        *prometheus.CounterVec
-	swept         *prometheus.CounterVec
-	pendingGens   *prometheus.GaugeVec
-	pendingRows   *prometheus.GaugeVec
+	requests *prometheus.HistogramVec
+	inflight prometheus.Gauge
+	// clientRefusals counts requests refused because their client held
+	// its share of the server (MaxClientShare).
+	clientRefusals prometheus.Counter
+	draining       prometheus.Gauge
+	merges         *prometheus.CounterVec
+	mergeDuration  *prometheus.HistogramVec
+	sweeps         *prometheus.CounterVec
+	swept          *prometheus.CounterVec
+	pendingGens    *prometheus.GaugeVec
+	pendingRows    *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	tables []string // tables with pending gauges set
@@ -45,6 +48,10 @@ func newMetrics(db *engine.DB) *metrics {
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "rollstore_http_requests_in_flight",
 			Help: "API requests being served (bounded by the concurrency limit).",
+		}),
+		clientRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rollstore_http_client_share_refusals_total",
+			Help: "API requests answered 503 because their client already held its share of the request slots, upload slots or payload budget (--max-client-share).",
 		}),
 		draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "rollstore_draining",
@@ -84,7 +91,7 @@ func newMetrics(db *engine.DB) *metrics {
 		Help: "Always 1; the labels name the running build.",
 	}, []string{"version", "revision", "goversion"})
 	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
-	m.reg.MustRegister(m.requests, m.inflight, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
+	m.reg.MustRegister(m.requests, m.inflight, m.clientRefusals, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
 		m.pendingGens, m.pendingRows, buildInfo, engineCollector{db},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -122,6 +122,12 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, op
 	if opts&internal != 0 {
 		return h(w, r)
 	}
+	release, err := s.clients.admit(s.clientKey(r), opts&upload != 0)
+	if err != nil {
+		s.metrics.clientRefusals.Inc()
+		return newError(http.StatusServiceUnavailable, codeOverloaded, "%v (--max-client-share)", err)
+	}
+	defer release()
 	if opts&upload != 0 {
 		if err := checkContentEncoding(w, r); err != nil {
 			return err
@@ -178,14 +184,7 @@ func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
 }
 
 func (s *Server) logRequest(r *http.Request, route string, status int, n int64, d time.Duration, err error, aborted bool) {
-	level := slog.LevelInfo
-	switch {
-	case route == "/healthz" || route == "/readyz" || route == "/metrics":
-		// Probes fail by design while starting or draining: not errors.
-		level = slog.LevelDebug
-	case status >= 500 || (aborted && status != statusClientClosed):
-		level = slog.LevelError
-	}
+	level := logLevel(route, status, err)
 	if !s.log.Enabled(r.Context(), level) {
 		return
 	}
@@ -206,6 +205,24 @@ func (s *Server) logRequest(r *http.Request, route string, status int, n int64, 
 		attrs = append(attrs, slog.Bool("aborted", true))
 	}
 	s.log.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// logLevel says who needs to look at an answer: ERROR is for what an
+// operator must act on (the server or the store failed: 500, 502), WARN
+// for the server shedding load or the store being unavailable for a while
+// (503, which clients retry and metrics count), INFO for everything a
+// client caused, answered or cut off (a stalled download included), and
+// DEBUG for probes, which fail by design while starting or draining.
+func logLevel(route string, status int, err error) slog.Level {
+	switch {
+	case route == "/healthz" || route == "/readyz" || route == "/metrics":
+		return slog.LevelDebug
+	case status == http.StatusServiceUnavailable:
+		return slog.LevelWarn
+	case status >= 500 && status != statusClientClosed:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }
 
 // methodLabel keeps the method label's values bounded whatever clients send.

@@ -271,6 +271,16 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer p.Close()
 	rec = p.Record
+	if !p.Cached {
+		// The engine reserved the payload's bytes from the server-wide
+		// budget; one client may hold only its share of it.
+		release, err := s.clients.reserve(s.clientKey(r), p.Length)
+		if err != nil {
+			s.metrics.clientRefusals.Inc()
+			return newError(http.StatusServiceUnavailable, codeOverloaded, "%v (--max-client-share)", err)
+		}
+		defer release()
+	}
 	if kind == rangeOne && p.Offset >= rec.PayloadSize {
 		// The engine opens an empty window at the very end; HTTP calls
 		// that unsatisfiable.
@@ -287,7 +297,11 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	// reclaimed mid-stream) stops when the client goes away.
 	src := readerFunc(func(b []byte) (int, error) { return p.ReadContext(r.Context(), b) })
 	buf := make([]byte, 64<<10)
-	if _, err := io.CopyBuffer(w, src, buf); err != nil {
+	dw := s.newDownload(w)
+	if _, err := io.CopyBuffer(dw, src, buf); err != nil {
+		if dw.cause != nil {
+			return dw.cause // the client's slowness, not the store's
+		}
 		return err // headers are out: the wrapper aborts the connection
 	}
 	return nil

@@ -30,6 +30,8 @@ type Server struct {
 	metricsMux *http.ServeMux
 	metrics    *metrics
 	tokens     [][sha256.Size]byte
+	// clients bounds what one client holds (nil: no bound).
+	clients *clientShares
 	// sem holds one token per API request being served, uploads one per
 	// upload among them.
 	sem, uploads chan struct{}
@@ -64,6 +66,7 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 	for _, t := range cfg.AuthTokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
+	s.clients = newClientShares(cfg.MaxClientShare, cfg.MaxConcurrentRequests, cfg.MaxConcurrentUploads, db.Config().MaxPayloadInFlight)
 	s.metrics = newMetrics(db)
 	s.routes()
 	return s, nil
