@@ -177,12 +177,13 @@ func (v *venv) pip(t *testing.T, args ...string) {
 func (v *venv) checkImport(t *testing.T, wantUnder, version string) {
 	t.Helper()
 	cmd := exec.Command(v.python, "-I", "-B", "-c", `
-import importlib.metadata, json, rollstore
+import importlib.metadata, inspect, json, rollstore
 print(json.dumps({
     "file": rollstore.__file__,
     "version": rollstore.__version__,
     "dist_version": importlib.metadata.version("rollstore"),
     "client": [n for n in ("list", "list_page", "get", "put", "scan") if callable(getattr(rollstore.Client, n, None))],
+    "list_params": list(inspect.signature(rollstore.Client.list).parameters),
 }))`)
 	cmd.Dir, cmd.Env = filepath.Dir(v.dir), v.env
 	var stderr bytes.Buffer
@@ -196,6 +197,7 @@ print(json.dumps({
 		Version     string   `json:"version"`
 		DistVersion string   `json:"dist_version"`
 		Client      []string `json:"client"`
+		ListParams  []string `json:"list_params"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("import rollstore printed %q: %v", out, err)
@@ -208,6 +210,9 @@ print(json.dumps({
 	}
 	if len(got.Client) != 5 {
 		t.Errorf("rollstore.Client has only %v of list, list_page, get, put, scan", got.Client)
+	}
+	if !contains(got.ListParams, "limit") {
+		t.Errorf("rollstore.Client.list takes %v: no limit", got.ListParams)
 	}
 }
 
