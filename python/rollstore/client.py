@@ -9,6 +9,7 @@ import os
 import stat
 import threading
 import urllib.parse
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -498,12 +499,25 @@ class Client:
         return Page([Record.from_json(r) for r in d["records"]], d.get("next_page_token", ""))
 
     def list(self, table: str, rollout_id: Optional[str] = None, problem_id: Optional[str] = None,
-             policy_version: Optional[str] = None, page_size: Optional[int] = None,
-             version: Optional[int] = None) -> Iterator[Record]:
-        """Every matching record in id order, fetching pages as it goes."""
-        token = None
+             policy_version: Optional[str] = None, limit: Optional[int] = None,
+             version: Optional[int] = None, *, page_token: Optional[str] = None,
+             page_size: Optional[int] = None) -> Iterator[Record]:
+        """Every matching record in id order, fetching pages of limit
+        records as it goes (from page_token, if given).
+
+        page_size is the former name of limit, deprecated.
+        """
+        if page_size is not None:
+            if limit is not None:
+                raise TypeError("list() takes limit or its deprecated name page_size, not both")
+            warnings.warn("rollstore: Client.list(page_size=) is deprecated: use limit=, "
+                          "the name of the API parameter and of list_page()", DeprecationWarning, stacklevel=2)
+            limit = page_size
+        return self._list(table, rollout_id, problem_id, policy_version, limit, version, page_token)
+
+    def _list(self, table, rollout_id, problem_id, policy_version, limit, version, token) -> Iterator[Record]:
         while True:
-            page = self.list_page(table, rollout_id, problem_id, policy_version, page_size, token, version)
+            page = self.list_page(table, rollout_id, problem_id, policy_version, limit, token, version)
             yield from page.records
             if not page.next_page_token:
                 return

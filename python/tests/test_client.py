@@ -359,7 +359,35 @@ class Rollouts(ServerTest):
             token = page.next_page_token
         self.assertEqual(ids, ["id-%02d" % i for i in range(1, 25, 2)])
         self.assertEqual(sizes, [5, 5, 2])  # 12 records in pages of 5
-        self.assertEqual([r.id for r in c.list(t, problem_id="p0", page_size=2)], ["id-%02d" % i for i in range(0, 25, 3)])
+        want = ["id-%02d" % i for i in range(0, 25, 3)]
+        sizes = []
+        list_page = c.list_page
+
+        def spy(*a, **kw):
+            page = list_page(*a, **kw)
+            sizes.append(len(page.records))
+            return page
+
+        c.list_page = spy  # counts the pages list() fetches
+        try:
+            self.assertEqual([r.id for r in c.list(t, problem_id="p0", limit=2)], want)
+            self.assertEqual(sizes, [2, 2, 2, 2, 1])
+            # From a page token, as list_page takes it.
+            first = list_page(t, problem_id="p0", limit=2)
+            self.assertEqual([r.id for r in c.list(t, problem_id="p0", limit=2, page_token=first.next_page_token)],
+                             want[2:])
+            # page_size, the former name of limit, still works, with a DeprecationWarning.
+            del sizes[:]
+            with self.assertWarns(DeprecationWarning) as cm:
+                it = c.list(t, problem_id="p0", page_size=4)
+            self.assertIn("limit", str(cm.warning))
+            self.assertEqual(cm.filename, __file__)  # points at the caller
+            self.assertEqual([r.id for r in it], want)
+            self.assertEqual(sizes, [4, 4, 1])
+            with self.assertRaises(TypeError):
+                c.list(t, limit=2, page_size=2)
+        finally:
+            del c.list_page
         with self.assertRaises(rollstore.InvalidArgument):
             c.list_page(t, page_token="%%garbage")
         with self.assertRaises(rollstore.NotFound):
