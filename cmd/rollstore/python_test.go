@@ -62,6 +62,9 @@ func TestPythonClient(t *testing.T) {
 	srv := startServeBinary(t, bin, "--listen", "127.0.0.1:0", "--data", data,
 		"--auth-token-file", tokens, "--max-concurrent-requests", strconv.Itoa(pythonMaxConcurrent),
 		"--max-concurrent-uploads", strconv.Itoa(pythonMaxUploads),
+		// One client (one token) holds every upload slot in the overload
+		// test: the server-wide limits are what it checks.
+		"--max-client-share", "1",
 		"--retain-versions", "1", "--retain-age", "0s", "--merge-interval", "0",
 		"--log-format", "json", "--log-level", "info")
 
