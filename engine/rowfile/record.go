@@ -102,8 +102,11 @@ func (r *Record) Validate() error {
 // ValidateID checks a record id: 1–512 bytes of UTF-8 without control
 // characters.
 func ValidateID(id string) error {
-	if len(id) == 0 || len(id) > MaxIDBytes {
-		return fmt.Errorf("%w: id must be 1..%d bytes", ErrInvalidRecord, MaxIDBytes)
+	if len(id) == 0 {
+		return fmt.Errorf("%w: id is required (1..%d bytes of UTF-8)", ErrInvalidRecord, MaxIDBytes)
+	}
+	if len(id) > MaxIDBytes {
+		return fmt.Errorf("%w: id is %d bytes, at most %d allowed", ErrInvalidRecord, len(id), MaxIDBytes)
 	}
 	if !utf8.ValidString(id) || hasControl(id) {
 		return fmt.Errorf("%w: id must be UTF-8 without control characters", ErrInvalidRecord)

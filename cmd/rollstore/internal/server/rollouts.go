@@ -2,7 +2,9 @@ package server
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -79,7 +81,66 @@ func decodeStrict(data []byte, v any) error {
 	}
 	// One value with known fields only, as CheckJSON proved: Unmarshal
 	// needs no copy of data, which may be a batch line of many MiB.
-	return json.Unmarshal(data, v)
+	return apiJSONError(json.Unmarshal(data, v))
+}
+
+// apiJSONError says what is wrong with a record's JSON in the API's terms
+// (field names and JSON types), not encoding/json's (Go types and struct
+// names).
+func apiJSONError(err error) error {
+	var te *json.UnmarshalTypeError
+	var pe *time.ParseError
+	var ce base64.CorruptInputError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te) && te.Field == "":
+		return fmt.Errorf("must be a JSON object, got %s", jsonKind(te.Value))
+	case errors.As(err, &te):
+		return fmt.Errorf("field %s must be %s, got %s", te.Field, apiType(te.Type), jsonKind(te.Value))
+	case errors.As(err, &pe):
+		return fmt.Errorf("created_at must be an RFC 3339 timestamp (2026-01-02T15:04:05Z), got %q", pe.Value)
+	case errors.As(err, &ce):
+		return fmt.Errorf("payload must be standard base64 with padding (invalid at byte %d)", int64(ce))
+	}
+	return err
+}
+
+// jsonKind names the JSON value encoding/json met ("number", "number
+// 1.5", "array", …) with its article.
+func jsonKind(v string) string {
+	kind, val, _ := strings.Cut(v, " ")
+	art := "a "
+	switch kind {
+	case "array", "object":
+		art = "an "
+	case "bool":
+		kind = "boolean"
+	}
+	if val != "" {
+		return art + kind + " (" + val + ")"
+	}
+	return art + kind
+}
+
+// apiType names the JSON a field takes.
+func apiType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == reflect.TypeFor[time.Time]():
+		return "an RFC 3339 timestamp string"
+	case t.Kind() == reflect.String:
+		return "a string"
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8:
+		return "a base64 string"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return "an integer"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return "a number"
+	}
+	return "another JSON type"
 }
 
 // The fields of the record header and of a batch line, computed once.
