@@ -63,6 +63,11 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
 	s.metrics = newMetrics(db)
+	for _, c := range cfg.Collectors {
+		if err := s.metrics.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
 	s.routes()
 	return s, nil
 }
