@@ -158,7 +158,6 @@ func (c *child) run() error {
 			logf("child: closing the store: %v", err)
 		}
 	}()
-	store := &countingBucket{b: az, all: c.tally}
 	cfg := engine.DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	switch c.o.role {
@@ -172,7 +171,6 @@ func (c *child) run() error {
 		}
 	case "merger":
 		c.rec = &ioRecorder{}
-		store.rec = c.rec
 		if c.o.reclaimGrace >= 0 {
 			cfg.ReclaimGrace = c.o.reclaimGrace
 		}
@@ -182,7 +180,7 @@ func (c *child) run() error {
 	default:
 		return fmt.Errorf("unknown role %q", c.o.role)
 	}
-	if c.db, err = engine.Open(store, cfg); err != nil {
+	if c.db, err = engine.Open(newCountingBucket(az, c.tally, c.rec), cfg); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bufio.NewReader(os.Stdin))
