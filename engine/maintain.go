@@ -116,7 +116,9 @@ func NewMaintainer(db *DB, opts MaintainOptions) *Maintainer {
 }
 
 // Run runs passes until ctx is done, Options.Stop is closed or
-// Options.Wait returns false. A Maintainer runs one Run at a time.
+// Options.Wait returns false. Run and Pass are not to be called
+// concurrently on one Maintainer (its pass count is not locked); several
+// Maintainers may share a DB.
 func (m *Maintainer) Run(ctx context.Context) {
 	wait := m.opts.Wait
 	if wait == nil {
