@@ -12,6 +12,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,7 +158,6 @@ func (c *child) run() error {
 			logf("child: closing the store: %v", err)
 		}
 	}()
-	store := &countingBucket{b: az, all: c.tally}
 	cfg := engine.DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	switch c.o.role {
@@ -171,7 +171,6 @@ func (c *child) run() error {
 		}
 	case "merger":
 		c.rec = &ioRecorder{}
-		store.rec = c.rec
 		if c.o.reclaimGrace >= 0 {
 			cfg.ReclaimGrace = c.o.reclaimGrace
 		}
@@ -181,7 +180,7 @@ func (c *child) run() error {
 	default:
 		return fmt.Errorf("unknown role %q", c.o.role)
 	}
-	if c.db, err = engine.Open(store, cfg); err != nil {
+	if c.db, err = engine.Open(newCountingBucket(az, c.tally, c.rec), cfg); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bufio.NewReader(os.Stdin))
@@ -407,36 +406,44 @@ func (c *child) mergeLoop(tb *engine.Table) func() childMsg {
 	done := make(chan struct{})
 	stopping := make(chan struct{})
 	var passes, failed int
-	go func() {
-		defer close(done)
-		ctx := context.Background()
-		for {
-			c.rec.reset()
-			started := time.Now()
-			res, err := tb.Merge(ctx, engine.MergeOptions{})
-			pr := c.rec.report(res, started)
-			if err != nil {
+	m := engine.NewMaintainer(c.db, engine.MaintainOptions{
+		Tables: []string{tb.Name()},
+		Wait: func(ctx context.Context, prev *engine.MaintenancePass) bool {
+			if prev == nil {
+				return true
+			}
+			select {
+			case <-stopping:
+				return false
+			case ok := <-c.gate:
+				if !ok {
+					return false
+				}
+			}
+			if t := passTable(prev); t.Merge.Version == 0 || t.OpenErr != nil || t.MergeErr != nil {
+				select {
+				case <-stopping:
+					return false
+				case <-time.After(time.Second):
+				}
+			}
+			return true
+		},
+		OnStart: func(int, time.Time) { c.rec.reset() },
+		OnPass: func(p engine.MaintenancePass) {
+			t := passTable(&p)
+			pr := c.rec.report(t.Merge, p.Start)
+			if err := cmp.Or(t.OpenErr, t.MergeErr); err != nil {
 				pr.Err = err.Error()
 				failed++
 			}
 			passes++
 			c.send(childMsg{Event: "pass", Pass: pr})
-			select {
-			case <-stopping:
-				return
-			case ok := <-c.gate:
-				if !ok {
-					return
-				}
-			}
-			if res.Version == 0 || err != nil {
-				select {
-				case <-stopping:
-					return
-				case <-time.After(time.Second):
-				}
-			}
-		}
+		},
+	})
+	go func() {
+		defer close(done)
+		m.Run(context.Background())
 	}()
 	return func() childMsg {
 		close(stopping)
@@ -444,6 +451,14 @@ func (c *child) mergeLoop(tb *engine.Table) func() childMsg {
 		c.gate = nil
 		return childMsg{N: passes, Errors: failed, Stats: statsMap(c.db.Stats())}
 	}
+}
+
+// passTable is what a pass of the merge loop, which has one table, did.
+func passTable(p *engine.MaintenancePass) engine.TableMaintenance {
+	if len(p.Tables) == 0 {
+		return engine.TableMaintenance{}
+	}
+	return p.Tables[0]
 }
 
 func statsMap(s *engine.Stats) map[string]int64 {

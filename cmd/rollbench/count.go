@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -16,6 +15,7 @@ import (
 	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/metered"
 )
 
 // A tally counts requests at two levels: the objstore calls the engine makes
@@ -129,55 +129,73 @@ func tallyOf(ctx context.Context) *tally {
 	return t
 }
 
-// countingBucket counts every objstore call into all and into the tally of
-// the call's context. It passes leases through, so the bench's engines own
-// their shards and the merger lease as the service's do.
-type countingBucket struct {
-	b   objstore.Bucket
+// newCountingBucket wraps b so that every objstore call is counted into
+// all and into the tally of the call's context, by operation and by what
+// its key is. Leases pass through (and are counted when acquired), so the
+// bench's engines own their shards and the merger lease as the service's
+// do. rec, when not nil (the merger process), records what merge passes
+// read and write.
+func newCountingBucket(b objstore.Bucket, all *tally, rec *ioRecorder) objstore.Bucket {
+	c := &callCounter{all: all, rec: rec}
+	return metered.Wrap(b, metered.Options{Observe: c.observe})
+}
+
+// callCounter is the observer of a counting bucket.
+type callCounter struct {
 	all *tally
-	// rec, when set (the merger process), records what merge passes read
-	// and write.
 	rec *ioRecorder
 }
 
-var (
-	_ objstore.Bucket = (*countingBucket)(nil)
-	_ objstore.Leaser = (*countingBucket)(nil)
-)
-
-func (c *countingBucket) AcquireLease(ctx context.Context, key string, d time.Duration) (objstore.Lease, error) {
-	l, ok := c.b.(objstore.Leaser)
-	if !ok {
-		return nil, fmt.Errorf("counting bucket over %T: %w", c.b, errors.ErrUnsupported)
+// observe counts a call under the bench's names: Put and PutIfAbsent
+// apart, a conditional delete as a Delete, a DeleteMany under its first
+// key's class; the renewals and releases of leases are not counted.
+func (c *callCounter) observe(ctx context.Context, call *metered.Call) {
+	var op, class string
+	switch call.Op {
+	case metered.OpGet:
+		op, class = "Get", keyClass(call.Key)
+		if c.rec != nil && (class == "segment" || class == "data-file") {
+			key := call.Key
+			call.WrapBody = func(rc io.ReadCloser) io.ReadCloser { return c.rec.input(key, rc) }
+		}
+	case metered.OpGetRange:
+		op, class = "GetRange", keyClass(call.Key)
+		if sp, ok := ctx.Value(spanKey{}).(*span); ok {
+			*sp = span{key: call.Key, off: call.Offset, n: call.Length}
+		}
+	case metered.OpHead:
+		op, class = "Head", keyClass(call.Key)
+	case metered.OpPut:
+		op, class = "Put", keyClass(call.Key)
+		if call.PutOptions.IfNotExists {
+			op = "PutIfAbsent"
+		}
+		if c.rec != nil && (class == "data-file" || class == "data-index") {
+			call.Body = c.rec.output(call.Body, call.PutOptions.Size)
+		}
+	case metered.OpDelete, metered.OpDeleteIfMatch:
+		op, class = "Delete", keyClass(call.Key)
+	case metered.OpDeleteMany:
+		if len(call.Keys) == 0 {
+			return
+		}
+		op, class = "DeleteMany", keyClass(call.Keys[0])
+	case metered.OpList:
+		op, class = "List", prefixClass(call.Key)
+	case metered.OpAcquireLease:
+		op, class = "Lease", keyClass(call.Key)
+	default:
+		return
 	}
-	c.note(ctx, "Lease", keyClass(key))
-	return l.AcquireLease(ctx, key, d)
+	c.note(ctx, op, class)
 }
 
-func (c *countingBucket) note(ctx context.Context, op, class string) {
+func (c *callCounter) note(ctx context.Context, op, class string) {
 	k := op + " " + class
 	c.all.addOp(k)
 	if t := tallyOf(ctx); t != nil {
 		t.addOp(k)
 	}
-}
-
-func (c *countingBucket) Get(ctx context.Context, key string) (io.ReadCloser, objstore.Attrs, error) {
-	class := keyClass(key)
-	c.note(ctx, "Get", class)
-	rc, a, err := c.b.Get(ctx, key)
-	if err == nil && c.rec != nil && (class == "segment" || class == "data-file") {
-		rc = c.rec.input(key, rc)
-	}
-	return rc, a, err
-}
-
-func (c *countingBucket) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
-	c.note(ctx, "GetRange", keyClass(key))
-	if sp, ok := ctx.Value(spanKey{}).(*span); ok {
-		*sp = span{key: key, off: off, n: n}
-	}
-	return c.b.GetRange(ctx, key, off, n)
 }
 
 // span is the last ranged GET of a read made with withSpan: for a payload
@@ -191,46 +209,6 @@ type spanKey struct{}
 
 func withSpan(ctx context.Context, sp *span) context.Context {
 	return context.WithValue(ctx, spanKey{}, sp)
-}
-
-func (c *countingBucket) Head(ctx context.Context, key string) (objstore.Attrs, error) {
-	c.note(ctx, "Head", keyClass(key))
-	return c.b.Head(ctx, key)
-}
-
-func (c *countingBucket) Put(ctx context.Context, key string, r io.Reader, opts objstore.PutOptions) (objstore.Attrs, error) {
-	op := "Put"
-	if opts.IfNotExists {
-		op = "PutIfAbsent"
-	}
-	class := keyClass(key)
-	c.note(ctx, op, class)
-	if c.rec != nil && (class == "data-file" || class == "data-index") {
-		r = c.rec.output(r, opts.Size)
-	}
-	return c.b.Put(ctx, key, r, opts)
-}
-
-func (c *countingBucket) Delete(ctx context.Context, key string) error {
-	c.note(ctx, "Delete", keyClass(key))
-	return c.b.Delete(ctx, key)
-}
-
-func (c *countingBucket) DeleteIfMatch(ctx context.Context, key, etag string) error {
-	c.note(ctx, "Delete", keyClass(key))
-	return c.b.DeleteIfMatch(ctx, key, etag)
-}
-
-func (c *countingBucket) DeleteMany(ctx context.Context, keys []string) error {
-	if len(keys) > 0 {
-		c.note(ctx, "DeleteMany", keyClass(keys[0]))
-	}
-	return c.b.DeleteMany(ctx, keys)
-}
-
-func (c *countingBucket) List(ctx context.Context, prefix string, opts objstore.ListOptions, fn func(objstore.Entry) error) error {
-	c.note(ctx, "List", prefixClass(prefix))
-	return c.b.List(ctx, prefix, opts, fn)
 }
 
 // keyClass names what a key is in a table's layout, using the engine's own

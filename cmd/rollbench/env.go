@@ -23,6 +23,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/azure"
 )
 
@@ -39,7 +40,7 @@ type env struct {
 	endpoint string // blob endpoint, for the report (never the key)
 
 	az    *azure.Bucket
-	store *countingBucket // what every engine.Open of the bench gets
+	store objstore.Bucket // what every engine.Open of the bench gets
 	rs    *tally          // every rollstore request (objstore and HTTP level)
 
 	raw          *azblob.Client
@@ -121,7 +122,7 @@ func setup(ctx context.Context, o *options) (*env, error) {
 		return nil, fmt.Errorf("rollstore side: %w", err)
 	}
 	e.az = az
-	e.store = &countingBucket{b: az, all: e.rs}
+	e.store = newCountingBucket(az, e.rs, nil)
 
 	// The raw client gets objstore/azure's default retry settings too.
 	e.raw, err = azblob.NewClientFromConnectionString(cs, &azblob.ClientOptions{ClientOptions: azcore.ClientOptions{

@@ -232,7 +232,7 @@ func TestIORecorder(t *testing.T) {
 	lay, _ := table.Incarnation(keyspace.NewIncarnationName(time.Unix(1_800_000_000, 0), 7))
 	mem := memory.New()
 	rec := &ioRecorder{}
-	b := &countingBucket{b: mem, all: newTally(), rec: rec}
+	b := newCountingBucket(mem, newTally(), rec)
 	seg := lay.Segment("s", 1, 1)
 	data, _ := lay.DataFile("00000000000000000001-abcdef")
 	if _, err := b.Put(ctx, seg, bytes.NewReader(make([]byte, 1000)), objstore.PutOptions{Size: 1000}); err != nil {
@@ -257,7 +257,7 @@ func TestIORecorder(t *testing.T) {
 	if len(pr.Inputs) != 1 || pr.Inputs[0] != seg || pr.InBytes != 1000 || pr.OutBytes != 700 || pr.OutFiles != 1 {
 		t.Fatalf("report = %+v", pr)
 	}
-	if _, err := b.AcquireLease(ctx, lay.MergerLease(), 15*time.Second); err != nil {
+	if _, err := b.(objstore.Leaser).AcquireLease(ctx, lay.MergerLease(), 15*time.Second); err != nil {
 		t.Fatalf("leases must pass through the counting bucket: %v", err)
 	}
 }

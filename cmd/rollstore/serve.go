@@ -27,6 +27,7 @@ import (
 	"github.com/rollstore/rollstore/objstore/azure"
 	"github.com/rollstore/rollstore/objstore/local"
 	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore/metered"
 )
 
 // serveConfig is everything `rollstore serve` is configured with. Its
@@ -481,6 +482,10 @@ func runServe(ctx context.Context, env cmdEnv, args []string) (err error) {
 		return err
 	}
 	defer closeStore()
+	// The engine's every store call is counted, timed and classified in
+	// the rollstore_store_ metrics.
+	storeMetrics := metered.NewMetrics()
+	store = metered.Wrap(store, metered.Options{Metrics: storeMetrics})
 	cfg.engine.Logger = log
 	db, err := engine.Open(store, cfg.engine)
 	if err != nil {
@@ -489,6 +494,7 @@ func runServe(ctx context.Context, env cmdEnv, args []string) (err error) {
 	cfg.server.Store = raw // the backend itself: readiness uses its Check if it has one
 	cfg.server.StorePrefix = cfg.prefix
 	cfg.server.Logger = log
+	cfg.server.Collectors = append(cfg.server.Collectors, storeMetrics)
 	srv, err := server.New(db, cfg.server)
 	if err != nil {
 		return err

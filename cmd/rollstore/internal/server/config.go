@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 )
@@ -98,6 +100,9 @@ type Config struct {
 	StorePrefix string
 	// Logger receives request and merger logs; nil discards them.
 	Logger *slog.Logger
+	// Collectors are registered on the server's metrics registry along
+	// with its own metrics (the store's, say).
+	Collectors []prometheus.Collector
 	// Hooks are called at named points (tests pause or observe there).
 	Hooks hook.Func
 }

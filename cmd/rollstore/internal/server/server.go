@@ -68,6 +68,11 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 	}
 	s.clients = newClientShares(cfg.MaxClientShare, cfg.MaxConcurrentRequests, cfg.MaxConcurrentUploads, db.Config().MaxPayloadInFlight)
 	s.metrics = newMetrics(db)
+	for _, c := range cfg.Collectors {
+		if err := s.metrics.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
 	s.routes()
 	return s, nil
 }
