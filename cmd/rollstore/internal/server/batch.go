@@ -92,6 +92,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	for i, x := range res {
 		if x.Created {
 			out.Created++
+			s.metrics.payloadBytes.WithLabelValues("written").Add(float64(x.Record.PayloadSize))
 		} else {
 			out.Existing++
 		}

@@ -25,6 +25,10 @@ type metrics struct {
 	// clientRefusals counts requests refused because their client held
 	// its share of the server (MaxClientShare).
 	clientRefusals prometheus.Counter
+	// payloadBytes counts payload bytes stored (acknowledged writes,
+	// identical retries not counted) and served (bodies sent), by
+	// direction.
+	payloadBytes *prometheus.CounterVec
 	draining       prometheus.Gauge
 	merges         *prometheus.CounterVec
 	mergeDuration  *prometheus.HistogramVec
@@ -53,6 +57,10 @@ func newMetrics(db *engine.DB) *metrics {
 			Name: "rollstore_http_client_share_refusals_total",
 			Help: "API requests answered 503 because their client already held its share of the request slots, upload slots or payload budget (--max-client-share).",
 		}),
+		payloadBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollstore_payload_bytes_total",
+			Help: "Payload bytes through the API: direction=\"written\" for rows acknowledged as new (PUT and batches), \"read\" for payload bytes sent to readers (whole or ranged, cut-off answers included).",
+		}, []string{"direction"}),
 		draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "rollstore_draining",
 			Help: "1 once the server has started draining.",
@@ -91,7 +99,7 @@ func newMetrics(db *engine.DB) *metrics {
 		Help: "Always 1; the labels name the running build.",
 	}, []string{"version", "revision", "goversion"})
 	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
-	m.reg.MustRegister(m.requests, m.inflight, m.clientRefusals, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
+	m.reg.MustRegister(m.requests, m.inflight, m.clientRefusals, m.payloadBytes, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
 		m.pendingGens, m.pendingRows, buildInfo, engineCollector{db},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -202,9 +210,9 @@ var (
 		"Bytes held, by cache.", []string{"cache"}, nil)
 	descCacheMaxBytes = prometheus.NewDesc("rollstore_cache_max_bytes",
 		"Byte bound, by cache.", []string{"cache"}, nil)
-	descInFlight = prometheus.NewDesc("rollstore_payload_bytes_in_flight",
+	descInFlight = prometheus.NewDesc("rollstore_payload_in_flight_bytes",
 		"Payload bytes reserved by reads being served (bounded by the in-flight budget).", nil, nil)
-	descInFlightMax = prometheus.NewDesc("rollstore_payload_bytes_in_flight_max",
+	descInFlightMax = prometheus.NewDesc("rollstore_payload_in_flight_limit_bytes",
 		"The in-flight payload byte budget.", nil, nil)
 )
 

@@ -80,7 +80,16 @@ func TestMetrics(t *testing.T) {
 	metricValue(t, body, `rollstore_merge_passes_total{result="ok",trigger="api"}`)
 	metricValue(t, body, `rollstore_merge_duration_seconds_count{trigger="api"}`)
 	metricValue(t, body, `rollstore_cache_hit_ratio{cache="batches"}`)
-	metricValue(t, body, `rollstore_payload_bytes_in_flight`)
+	metricValue(t, body, `rollstore_payload_in_flight_bytes`)
+	metricValue(t, body, `rollstore_payload_in_flight_limit_bytes`)
+	// Two one-byte payloads acknowledged (the conflicting put adds
+	// nothing), one of them read whole.
+	if v := metricValue(t, body, `rollstore_payload_bytes_total{direction="written"}`); v != "2" {
+		t.Errorf("payload bytes written %s, want 2", v)
+	}
+	if v := metricValue(t, body, `rollstore_payload_bytes_total{direction="read"}`); v != "1" {
+		t.Errorf("payload bytes read %s, want 1", v)
+	}
 	metricValue(t, body, `go_goroutines`)
 	bi := version.Get()
 	if v := metricValue(t, body, `rollstore_build_info{goversion="`+bi.GoVersion+`",revision="`+bi.Revision+`",version="`+bi.Version+`"}`); v != "1" {

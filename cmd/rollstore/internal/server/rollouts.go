@@ -226,6 +226,7 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 	}
 	status := http.StatusOK // an identical retry: nothing new was written
 	if res.Created {
+		s.metrics.payloadBytes.WithLabelValues("written").Add(float64(res.Record.PayloadSize))
 		status = http.StatusCreated
 		w.Header().Set("Location", rolloutPath(tb.Name(), id))
 	}
@@ -359,7 +360,9 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	src := readerFunc(func(b []byte) (int, error) { return p.ReadContext(r.Context(), b) })
 	buf := make([]byte, 64<<10)
 	dw := s.newDownload(w)
-	if _, err := io.CopyBuffer(dw, src, buf); err != nil {
+	_, err = io.CopyBuffer(dw, src, buf)
+	s.metrics.payloadBytes.WithLabelValues("read").Add(float64(dw.n))
+	if err != nil {
 		if dw.cause != nil {
 			return dw.cause // the client's slowness, not the store's
 		}
