@@ -413,6 +413,12 @@ func TestServeHelpGroups(t *testing.T) {
 		t.Fatalf("--help exited %d", code)
 	}
 	help := stdout.String()
+	// Flags are printed as the documentation writes them: --name.
+	for line := range strings.SplitSeq(help, "\n") {
+		if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
+			t.Errorf("help line %q: want --name", line)
+		}
+	}
 	sections := []string{groupServer, groupStore, groupAzure, groupLimits, groupMerge, groupAuth}
 	at := -1
 	for _, s := range sections {
@@ -423,9 +429,9 @@ func TestServeHelpGroups(t *testing.T) {
 		at = i
 	}
 	sectionOf := func(flagName string) string {
-		i := strings.Index(help, "\n  -"+flagName+" ")
+		i := strings.Index(help, "\n  --"+flagName+" ")
 		if i < 0 {
-			i = strings.Index(help, "\n  -"+flagName+"\n")
+			i = strings.Index(help, "\n  --"+flagName+"\n")
 		}
 		if i < 0 {
 			return ""

@@ -118,8 +118,17 @@ func (g *flagGroups) print(w io.Writer) {
 			title = "Other"
 		}
 		fmt.Fprintf(w, "%s:\n", title)
-		sub.SetOutput(w)
+		var buf strings.Builder
+		sub.SetOutput(&buf)
 		sub.PrintDefaults()
+		// Go's flag package reads -name and --name alike but prints
+		// -name; the documentation writes --name, and so does the help.
+		for line := range strings.SplitAfterSeq(buf.String(), "\n") {
+			if strings.HasPrefix(line, "  -") {
+				line = "  --" + line[len("  -"):]
+			}
+			fmt.Fprint(w, line)
+		}
 		fmt.Fprintln(w)
 	}
 }
