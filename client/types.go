@@ -182,10 +182,13 @@ type ScanOptions struct {
 type TableStatus struct {
 	Name string `json:"name"`
 	// Incarnation changes when the table is dropped and created again.
-	Incarnation  string            `json:"incarnation"`
-	Version      uint64            `json:"version"` // newest base version, 0 before the first merge
-	Rows         int64             `json:"rows"`    // in the base
-	PayloadBytes int64             `json:"payload_bytes"`
+	Incarnation string `json:"incarnation"`
+	Version     uint64 `json:"version"` // newest base version, 0 before the first merge
+	// Rows counts every acknowledged row: BaseRows (merged into the base
+	// version) + PendingRows (in generations not yet merged).
+	Rows         int64             `json:"rows"`
+	BaseRows     int64             `json:"base_rows"`
+	PayloadBytes int64             `json:"payload_bytes"` // in the base
 	DataFiles    int               `json:"data_files"`
 	Duplicates   int64             `json:"duplicates"`
 	Watermarks   map[string]uint64 `json:"watermarks"`

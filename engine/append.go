@@ -26,11 +26,18 @@ type AppendResult struct {
 // streams to its own object, so memory per append is bounded whatever the
 // payload size. size is the declared payload length, or -1 if unknown.
 // Append returns once the row's segment is durable.
+//
+// A zero rec.CreatedAt is stamped with the current time; any is kept to the
+// microsecond. An append of an existing id is an identical retry (Created
+// false, the existing row returned) when its content is the same (see
+// compare: metadata as a JSON value, an explicit created_at equal to the
+// stored one), and ErrConflict otherwise.
 func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64) (AppendResult, error) {
 	cfg := t.db.cfg
 	if err := t.checkLive(); err != nil {
 		return AppendResult{}, err
 	}
+	givenAt := rec.CreatedAt
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = t.db.rt.Now()
 	}
@@ -56,6 +63,7 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 	moved := false
 	if res, err := onSuccessor(ctx, t, AppendResult{}, err, func(nt *Table) (AppendResult, error) {
 		moved = true
+		rec.CreatedAt = givenAt // stamped there, if it was not given
 		return nt.Append(ctx, rec, r, size)
 	}); moved || err != nil {
 		return res, err
@@ -67,7 +75,7 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 	if err := t.db.point(ctx, hookAfterPayload); err != nil {
 		return AppendResult{}, err // a crash here leaves an orphan payload
 	}
-	res, queued, err := w.submit(ctx, []*Record{&rec}, started)
+	res, queued, err := w.submit(ctx, []*Record{&rec}, []bool{!givenAt.IsZero()}, started)
 	var be *BatchError
 	if errors.As(err, &be) {
 		err = be.Err
@@ -115,10 +123,12 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 		return nil, fmt.Errorf("%w: batch of %d rows exceeds %d", ErrTooLarge, len(items), cfg.SegmentMaxRows)
 	}
 	recs := make([]*Record, len(items))
+	givenAt := make([]bool, len(items))
 	first := map[string]int{}
 	var dupOf []int // index in recs of the first item with the same id, or -1
 	for i := range items {
 		rec := items[i].Record
+		givenAt[i] = !rec.CreatedAt.IsZero()
 		if rec.CreatedAt.IsZero() {
 			rec.CreatedAt = t.db.rt.Now()
 		}
@@ -140,6 +150,10 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 			if !rowfile.SameContent(recs[j], &rec) {
 				return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %q repeated in the batch", ErrConflict, rec.ID)}
 			}
+			if givenAt[i] && !rec.CreatedAt.Equal(recs[j].CreatedAt) {
+				return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %q repeated in the batch with created_at %s, not %s", ErrConflict,
+					rec.ID, formatAt(rec.CreatedAt), formatAt(recs[j].CreatedAt))}
+			}
 			dupOf = append(dupOf, j)
 			continue
 		}
@@ -155,6 +169,7 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 		return res, err
 	}
 	var unique []*Record
+	var uniqueGiven []bool
 	var pos []int
 	started := t.db.rt.Now()
 	for i, rec := range recs {
@@ -166,9 +181,10 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 			return nil, &BatchError{Index: i, Err: err}
 		}
 		unique = append(unique, rec)
+		uniqueGiven = append(uniqueGiven, givenAt[i])
 		pos = append(pos, i)
 	}
-	res, queued, err := w.submit(ctx, unique, started)
+	res, queued, err := w.submit(ctx, unique, uniqueGiven, started)
 	if err != nil {
 		if !queued {
 			w.discardAll(unique)

@@ -19,6 +19,9 @@ import (
 // appendReq is one unit of commit: its rows go into one segment together.
 type appendReq struct {
 	recs []*Record
+	// givenAt reports, for each of recs, whether its created_at was given
+	// by the caller (not stamped by this process): see compare.
+	givenAt []bool
 	// uploaded is when its payload uploads began: rows whose payload
 	// objects are old enough for the orphan sweep to take are not
 	// committed (see commitNext and writeSegment).
@@ -51,7 +54,7 @@ func (r *appendReq) bytes() int64 {
 // queued reports whether the rows may have been written. After that a
 // failure may leave their outcome unknown, so the caller must leave their
 // payload objects to the orphan sweep, which checks references.
-func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.Time) (results []AppendResult, queued bool, err error) {
+func (w *shardWriter) submit(ctx context.Context, recs []*Record, givenAt []bool, uploaded time.Time) (results []AppendResult, queued bool, err error) {
 	results = make([]AppendResult, len(recs))
 	rt := w.t.db.rt
 	for {
@@ -63,13 +66,14 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.
 		}
 		var wait *appendReq
 		var fresh []*Record
+		var freshGiven []bool
 		var freshIdx []int
 		for i, rec := range recs {
 			if results[i].Record != nil {
 				continue // answered on an earlier round
 			}
 			if prev := w.recent[rec.ID]; prev != nil {
-				r, err := w.compare(prev, rec)
+				r, err := w.compare(prev, rec, givenAt[i])
 				if err != nil {
 					w.mu.Unlock()
 					return nil, false, &BatchError{Index: i, Err: err}
@@ -82,6 +86,7 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.
 				break
 			}
 			fresh = append(fresh, rec)
+			freshGiven = append(freshGiven, givenAt[i])
 			freshIdx = append(freshIdx, i)
 		}
 		if wait != nil {
@@ -95,7 +100,7 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.
 			w.mu.Unlock()
 			return results, false, nil
 		}
-		req := &appendReq{recs: fresh, uploaded: uploaded, done: rt.NewEvent()}
+		req := &appendReq{recs: fresh, givenAt: freshGiven, uploaded: uploaded, done: rt.NewEvent()}
 		for _, rec := range fresh {
 			w.inflight[rec.ID] = req
 		}
@@ -128,14 +133,29 @@ func (w *shardWriter) submit(ctx context.Context, recs []*Record, uploaded time.
 	}
 }
 
-func (w *shardWriter) compare(existing, rec *Record) (AppendResult, error) {
-	if rowfile.SameContent(existing, rec) {
-		w.t.db.stats.AppendRetries.Add(1)
-		return AppendResult{Record: existing, Created: false}, nil
+// compare answers an append of rec whose id exists: an identical retry is
+// answered with the existing row, anything else is a conflict. Identical
+// means the same content (rowfile.SameContent: the same fields, metadata
+// that is the same JSON value, the same payload) and, when the caller gave
+// a created_at (givenAt), the same created_at as the existing row's, to
+// the microsecond it is stored at: a retry that gives another one would
+// otherwise be acknowledged while its created_at is dropped. A retry that
+// gives none matches whatever created_at the row has.
+func (w *shardWriter) compare(existing, rec *Record, givenAt bool) (AppendResult, error) {
+	if !rowfile.SameContent(existing, rec) {
+		w.t.db.stats.AppendConflict.Add(1)
+		return AppendResult{}, fmt.Errorf("%w: %q", ErrConflict, rec.ID)
 	}
-	w.t.db.stats.AppendConflict.Add(1)
-	return AppendResult{}, fmt.Errorf("%w: %q", ErrConflict, rec.ID)
+	if givenAt && !existing.CreatedAt.Equal(rec.CreatedAt) {
+		w.t.db.stats.AppendConflict.Add(1)
+		return AppendResult{}, fmt.Errorf("%w: %q exists with created_at %s, not %s", ErrConflict,
+			rec.ID, formatAt(existing.CreatedAt), formatAt(rec.CreatedAt))
+	}
+	w.t.db.stats.AppendRetries.Add(1)
+	return AppendResult{Record: existing, Created: false}, nil
 }
+
+func formatAt(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // commitNext writes one segment from the queue; false when the queue is
 // empty or the writer stopped.
@@ -265,7 +285,7 @@ func (w *shardWriter) checkBatch(ctx context.Context, batch []*appendReq) []*app
 				req.write = append(req.write, rec)
 				continue
 			}
-			r, cerr := w.compare(found[j], rec)
+			r, cerr := w.compare(found[j], rec, req.givenAt[j])
 			if cerr != nil {
 				req.err, req.refused = &BatchError{Index: j, Err: cerr}, true
 				break

@@ -39,7 +39,12 @@
 //     refreshed after every one of its appends began (one check for the
 //     group: a row visible anywhere with the same content is an identical
 //     retry, with other content a conflict, refused before anything is
-//     written). It then writes segment n+1 of its generation
+//     written). The same content: every field equal, metadata the same
+//     JSON value (object keys in any order, strings after unescaping,
+//     numbers by exact decimal value, so 1.0 is 1 but 2^53+1 is not 2^53),
+//     the same payload bytes, and a created_at the append gave equal to
+//     the row's to the microsecond (an append that gives none matches
+//     any: the row's was stamped by the writer). It then writes segment n+1 of its generation
 //     (create-if-absent; the segment carries its row layout in its Arrow
 //     header), swaps the head from count n to n+1 (the new head's metadata
 //     carries a copy of that layout when it is small), and only then

@@ -191,16 +191,23 @@ func (t *Table) closeWriter(ctx context.Context) error {
 
 // Status describes a table for operators.
 type Status struct {
-	Name         string            `json:"name"`
-	Incarnation  string            `json:"incarnation"`
-	Version      uint64            `json:"version"`
-	Rows         int64             `json:"rows"`
+	Name        string `json:"name"`
+	Incarnation string `json:"incarnation"`
+	Version     uint64 `json:"version"`
+	// Rows counts every acknowledged row: BaseRows + PendingRows. (An id
+	// two shards' writers wrote at once is counted twice until a merge
+	// keeps one of them and counts it in Duplicates.)
+	Rows int64 `json:"rows"`
+	// BaseRows are the rows merged into the base version.
+	BaseRows int64 `json:"base_rows"`
+	// PayloadBytes, DataFiles and Duplicates describe the base version.
 	PayloadBytes int64             `json:"payload_bytes"`
 	DataFiles    int               `json:"data_files"`
 	Duplicates   int64             `json:"duplicates"`
 	Watermarks   map[string]uint64 `json:"watermarks"`
 	Pending      []PendingGen      `json:"pending"`
-	PendingRows  int64             `json:"pending_rows"`
+	// PendingRows are the rows of the generations not yet merged.
+	PendingRows int64 `json:"pending_rows"`
 	// Backpressure is set while appends are refused for the merge backlog.
 	Backpressure string `json:"backpressure,omitempty"`
 }
@@ -233,7 +240,7 @@ func (t *Table) status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	m := s.base.m
-	st := Status{Name: t.Name(), Incarnation: t.Incarnation(), Version: m.Version, Rows: m.Rows, PayloadBytes: m.PayloadBytes,
+	st := Status{Name: t.Name(), Incarnation: t.Incarnation(), Version: m.Version, BaseRows: m.Rows, PayloadBytes: m.PayloadBytes,
 		DataFiles: len(m.Files), Duplicates: m.Duplicates, Watermarks: m.Watermarks, Pending: []PendingGen{}}
 	if st.Watermarks == nil {
 		st.Watermarks = map[string]uint64{}
@@ -251,6 +258,7 @@ func (t *Table) status(ctx context.Context) (Status, error) {
 			st.Pending = append(st.Pending, p)
 		}
 	}
+	st.Rows = st.BaseRows + st.PendingRows
 	return st, nil
 }
 

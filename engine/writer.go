@@ -88,6 +88,14 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 		wake: rt.NewEvent(), done: rt.NewEvent(), last: rt.Now()}
 	o, err := t.db.acquire(ctx, t.keys.ShardLease(w.shard), t.checkDescriptor)
 	if errors.Is(err, objstore.ErrLeased) {
+		// The lease is held, but perhaps by no live writer: a drop under
+		// way tombstones the registry first, and a writer it fenced (of a
+		// handle of this incarnation, here or elsewhere) may hold the
+		// lease a moment longer. Then the table is gone, which is the
+		// answer; an invitation to retry would reach its next incarnation.
+		if _, rerr := t.liveRegistry(ctx); errors.Is(rerr, ErrTableNotFound) {
+			return nil, rerr
+		}
 		return nil, fmt.Errorf("%w: %s/%s", ErrShardOwned, t.Name(), w.shard)
 	}
 	if err != nil {

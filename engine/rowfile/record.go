@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -124,8 +126,10 @@ func hasControl(s string) bool {
 }
 
 // SameContent reports whether b is an identical retry of a: same fields,
-// same payload. CreatedAt and where the payload is stored do not count (a
-// retry is stamped anew and may be stored elsewhere).
+// same payload, metadata the same JSON value (see sameJSON). CreatedAt and
+// where the payload is stored do not count here (a retry that gives no
+// created_at is stamped anew, and its payload may be stored elsewhere);
+// the engine compares an explicit created_at itself.
 func SameContent(a, b *Record) bool {
 	return a.ID == b.ID && a.RolloutID == b.RolloutID && a.ProblemID == b.ProblemID &&
 		a.Sequence == b.Sequence && a.Role == b.Role && a.ContentType == b.ContentType &&
@@ -142,35 +146,112 @@ func sameReward(a, b *float64) bool {
 	return math.Float64bits(*a) == math.Float64bits(*b)
 }
 
-// sameJSON compares JSON documents by structure, so a retry that
-// re-serialised its metadata with other spacing or key order is still
-// identical, but exactly otherwise: numbers are compared as written
-// (9007199254740993 is not 9007199254740992, 1.0 is not 1), strings after
-// unescaping. CheckJSON has refused what would make this loose (duplicate
-// keys, lone surrogates, invalid UTF-8) before anything was stored.
+// sameJSON reports whether two JSON documents are the same value, so that
+// a retry that re-serialised its metadata (other spacing, other key
+// order, another client's number formatting) is still identical: objects
+// are equal when they have the same keys with equal values, in any order;
+// arrays element by element; strings after unescaping; numbers by their
+// exact decimal value, never through float64 (1.0 is 1 and 1e2 is 100,
+// but 9007199254740993 is not 9007199254740992; -0 is 0). CheckJSON has
+// refused what would make this loose (duplicate keys, lone surrogates,
+// invalid UTF-8) before anything was stored.
 func sameJSON(a, b json.RawMessage) bool {
 	if bytes.Equal(a, b) {
 		return true
 	}
-	if len(a) == 0 || len(b) == 0 {
+	if isNullish(a) || isNullish(b) {
 		return isNullish(a) && isNullish(b)
 	}
-	ca, okA := canonicalJSON(a)
-	cb, okB := canonicalJSON(b)
-	return okA && okB && bytes.Equal(ca, cb)
+	va, okA := decodeJSON(a)
+	vb, okB := decodeJSON(b)
+	return okA && okB && equalJSON(va, vb)
 }
 
-// canonicalJSON re-encodes m with sorted keys, no spacing, and every
-// number kept as its literal text.
-func canonicalJSON(m json.RawMessage) ([]byte, bool) {
+func decodeJSON(m json.RawMessage) (any, bool) {
 	dec := json.NewDecoder(bytes.NewReader(m))
 	dec.UseNumber()
 	var v any
 	if dec.Decode(&v) != nil {
 		return nil, false
 	}
-	c, err := json.Marshal(v)
-	return c, err == nil
+	return v, true
+}
+
+// equalJSON compares two values decoded with UseNumber.
+func equalJSON(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, xv := range x {
+			yv, ok := y[k]
+			if !ok || !equalJSON(xv, yv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !equalJSON(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		cx, okX := canonicalNumber(string(x))
+		cy, okY := canonicalNumber(string(y))
+		return okX && okY && cx == cy
+	case string, bool, nil:
+		return a == b
+	}
+	return false
+}
+
+// canonicalNumber writes a JSON number literal as its exact decimal value
+// in one form: sign, significant digits without leading or trailing
+// zeros, and the power of ten they are scaled by ("0" for zero of any
+// sign). The exponent is a big integer, so no literal, however long its
+// digits or large its exponent, is rounded or expanded.
+func canonicalNumber(s string) (string, bool) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	mant, expText := s, "0"
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant, expText = s[:i], strings.TrimPrefix(s[i+1:], "+")
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	exp, ok := new(big.Int).SetString(expText, 10)
+	if !ok || intPart == "" {
+		return "", false
+	}
+	digits := intPart + frac
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	exp.Sub(exp, big.NewInt(int64(len(frac))))
+	digits = strings.TrimLeft(digits, "0")
+	if digits == "" {
+		return "0", true
+	}
+	trimmed := strings.TrimRight(digits, "0")
+	exp.Add(exp, big.NewInt(int64(len(digits)-len(trimmed))))
+	sign := ""
+	if neg {
+		sign = "-"
+	}
+	return sign + trimmed + "e" + exp.String(), true
 }
 
 func isNullish(m json.RawMessage) bool {
