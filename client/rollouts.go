@@ -338,11 +338,58 @@ func payloadInfo(resp *http.Response) (PayloadInfo, error) {
 	return info, nil
 }
 
+// MaxLookupIDs is how many ids GetMany sends in one request: the server's
+// default --max-lookup-ids.
+const MaxLookupIDs = 1000
+
+// GetMany returns the metadata of many records, one result per id in the
+// order of ids: Found with the record, or not found (an absent id is never
+// an error). AtVersion pins every lookup to one base version (ErrGone once
+// it was collected); range options do not apply. More than MaxLookupIDs
+// ids are sent as several requests, one after another; the first error
+// ends the call. No ids: no request, no results.
+func (c *Client) GetMany(ctx context.Context, table string, ids []string, opts ...ReadOption) ([]LookupResult, error) {
+	o := readOpts(opts)
+	if o.rng != "" || o.ifNoneMatch != "" || o.err != nil {
+		return nil, errors.New("rollstore client: GetMany takes AtVersion only; ranges and IfNoneMatch apply to payloads")
+	}
+	out := make([]LookupResult, 0, len(ids))
+	for start := 0; start < len(ids); start += MaxLookupIDs {
+		chunk := ids[start:min(start+MaxLookupIDs, len(ids))]
+		body, err := json.Marshal(struct {
+			IDs []string `json:"ids"`
+		}{chunk})
+		if err != nil {
+			return nil, fmt.Errorf("rollstore client: encoding the ids: %w", err)
+		}
+		req, err := c.newBodyRequest(ctx, http.MethodPost, tablePath(table, "lookup"), bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		if q := o.query(); q != nil {
+			req.URL.RawQuery = q.Encode()
+		}
+		req.Header.Set("Content-Type", "application/json")
+		var res struct {
+			Results []LookupResult `json:"results"`
+		}
+		if _, err := c.sendJSON(req, &res, http.StatusOK); err != nil {
+			return nil, err
+		}
+		if len(res.Results) != len(chunk) {
+			return nil, fmt.Errorf("rollstore client: %d results for %d ids", len(res.Results), len(chunk))
+		}
+		out = append(out, res.Results...)
+	}
+	return out, nil
+}
+
 // List returns one page of records in id order.
 func (c *Client) List(ctx context.Context, table string, opts ListOptions) (Page, error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"rollout_id": opts.RolloutID, "problem_id": opts.ProblemID,
-		"policy_version": opts.PolicyVersion, "page_token": opts.PageToken} {
+		"policy_version": opts.PolicyVersion, "prefix": opts.Prefix, "start_after": opts.StartAfter,
+		"page_token": opts.PageToken} {
 		if v != "" {
 			q.Set(k, v)
 		}

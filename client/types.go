@@ -160,9 +160,23 @@ type ListOptions struct {
 	RolloutID     string
 	ProblemID     string
 	PolicyVersion string
-	Limit         int
-	PageToken     string
-	Version       uint64
+	// Prefix keeps the ids that start with it; the server seeks to it, so
+	// a listing under a prefix costs what the rows under it cost.
+	Prefix string
+	// StartAfter keeps the ids greater than it (byte-wise, the listing's
+	// order).
+	StartAfter string
+	Limit      int
+	PageToken  string
+	Version    uint64
+}
+
+// LookupResult answers one id of GetMany: Found with its Record, or not
+// found (Record is then nil).
+type LookupResult struct {
+	ID     string  `json:"id"`
+	Found  bool    `json:"found"`
+	Record *Record `json:"record,omitempty"`
 }
 
 // Page is one page of a listing.

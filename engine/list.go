@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
@@ -56,10 +57,16 @@ func (h *cursorHeap) Pop() any {
 }
 
 func newRowIter(s *snapshot, after string, withWAL bool) *rowIter {
+	return newRowIterFrom(s, after, "", withWAL)
+}
+
+// newRowIterFrom starts at the first id greater than after and not less
+// than from: one binary search per file or segment.
+func newRowIterFrom(s *snapshot, after, from string, withWAL bool) *rowIter {
 	it := &rowIter{}
 	add := func(c *cursor) {
 		c.rows = c.lay.Rows
-		c.i = sort.Search(len(c.rows), func(i int) bool { return c.rows[i].ID > after })
+		c.i = sort.Search(len(c.rows), func(i int) bool { return c.rows[i].ID > after && c.rows[i].ID >= from })
 		if c.i < len(c.rows) {
 			it.h = append(it.h, c)
 		}
@@ -115,6 +122,13 @@ type ListOptions struct {
 	PageToken string
 	// Version pins the listing to a base version.
 	Version uint64
+	// Prefix keeps the ids that start with it. The listing seeks to the
+	// prefix and ends where the ids pass it, so its cost is that of the
+	// rows under the prefix, not of the table.
+	Prefix string
+	// StartAfter keeps the ids greater than it (byte-wise, the listing's
+	// order): the listing seeks there.
+	StartAfter string
 }
 
 // ListPage is one page; an empty NextPageToken means the end.
@@ -146,6 +160,7 @@ func (t *Table) list(ctx context.Context, opts ListOptions) (ListPage, error) {
 	if err != nil {
 		return ListPage{}, err
 	}
+	after = max(after, opts.StartAfter)
 	var causes []error // every attempt's failure, reported together
 	for attempt := 0; ; attempt++ {
 		s, withWAL, err := t.listSnapshot(ctx, opts.Version, attempt > 0)
@@ -183,9 +198,19 @@ func (t *Table) listSnapshot(ctx context.Context, version uint64, probe bool) (*
 
 func (t *Table) listPage(ctx context.Context, s *snapshot, after string, withWAL bool, opts ListOptions) (ListPage, error) {
 	page := ListPage{Records: []*Record{}}
-	it := newRowIter(s, after, withWAL)
-	for examined := 0; ; examined++ {
+	it := newRowIterFrom(s, after, opts.Prefix, withWAL)
+	// next is the next row under the prefix: the ids come in order from
+	// the prefix on, so the first that does not start with it ends the
+	// listing.
+	next := func() (location, bool) {
 		loc, ok := it.next()
+		if !ok || !strings.HasPrefix(loc.loc.ID, opts.Prefix) {
+			return location{}, false
+		}
+		return loc, true
+	}
+	for examined := 0; ; examined++ {
+		loc, ok := next()
 		if !ok {
 			return page, nil
 		}
@@ -203,7 +228,7 @@ func (t *Table) listPage(ctx context.Context, s *snapshot, after string, withWAL
 			(opts.PolicyVersion == "" || rec.PolicyVersion == opts.PolicyVersion) {
 			page.Records = append(page.Records, rec)
 			if len(page.Records) == opts.Limit {
-				if _, more := it.next(); more {
+				if _, more := next(); more {
 					page.NextPageToken = encodePageToken(after)
 				}
 				return page, nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
@@ -72,9 +73,63 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	if opts.Version > 0 {
 		return t.withPinned(ctx, id, opts.Version, use)
 	}
-	st := t.db.stats
+	return t.withRowIn(ctx, t.newReadView(false), id, attempts, use)
+}
+
+// readView is where a read of the latest view starts: the refresh ticket
+// and the resident snapshot as they were when the read began. A shared
+// view serves every id of one GetMany: the ids the resident snapshot does
+// not hold then share one refresh that started after the read began (a
+// miss there is final for each of them), and the refreshes that recover
+// from a reclaimed file are shared too, each still one that started after
+// the failure it recovers from.
+type readView struct {
+	ticket   uint64
+	resident *snapshot
+	shared   bool
+
+	mu         sync.Mutex
+	last       *snapshot // the newest snapshot a refresh of this view returned
+	lastProbed bool      // ...built by a refresh that probed for the newest base
+}
+
+func (t *Table) newReadView(shared bool) *readView {
 	ticket := t.refresh.ticket()
-	resident := t.fresh()
+	return &readView{ticket: ticket, resident: t.fresh(), shared: shared}
+}
+
+// refreshed is t.refreshed, answered from the view's last refresh when
+// that one started after ticket (and probed, if probe): the condition
+// under which the refresher itself would let the caller join it.
+func (v *readView) refreshed(ctx context.Context, t *Table, ticket uint64, probe bool) (*snapshot, error) {
+	if !v.shared {
+		return t.refreshed(ctx, ticket, probe)
+	}
+	v.mu.Lock()
+	s, probed := v.last, v.lastProbed
+	v.mu.Unlock()
+	if s != nil && s.flight > ticket && (probed || !probe) {
+		return s, nil
+	}
+	s, err := t.refreshed(ctx, ticket, probe)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	if v.last == nil || s.flight > v.last.flight {
+		v.last, v.lastProbed = s, probe
+	} else if s.flight == v.last.flight && probe {
+		v.lastProbed = true
+	}
+	v.mu.Unlock()
+	return s, nil
+}
+
+// withRowIn is withRow for the latest view, starting from view.
+func (t *Table) withRowIn(ctx context.Context, view *readView, id string, attempts *int, use func(context.Context, location) error) error {
+	st := t.db.stats
+	ticket := view.ticket
+	resident := view.resident
 	known := resident.version()
 	probe := *attempts > 0
 	var causes []error // every attempt's failure, reported together
@@ -103,7 +158,7 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 		}
 	}
 	for {
-		s, err := t.refreshed(ctx, ticket, probe)
+		s, err := view.refreshed(ctx, t, ticket, probe)
 		if err != nil {
 			return err
 		}
@@ -149,6 +204,12 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 	if err != nil {
 		return err
 	}
+	return t.withPinnedIn(ctx, s, id, v, use)
+}
+
+// withPinnedIn is withPinned in s, the base-only view of version v that
+// pinnedSnapshot returned.
+func (t *Table) withPinnedIn(ctx context.Context, s *snapshot, id string, v uint64, use func(context.Context, location) error) error {
 	loc, ok := s.base.find(id)
 	if !ok {
 		t.db.stats.ReadAbsent.Add(1)
@@ -157,7 +218,7 @@ func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(co
 	if err := t.db.point(ctx, hookReadLocated); err != nil {
 		return err
 	}
-	err = use(ctx, loc)
+	err := use(ctx, loc)
 	if errors.Is(err, objstore.ErrNotFound) {
 		// The version's files were collected while it was cached here.
 		t.pinned.Remove(v)

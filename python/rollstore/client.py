@@ -581,3 +581,63 @@ class Client:
                               "scan() returns the raw Arrow IPC stream without it") from e
         with self.scan(table, version, payloads) as s:
             return pyarrow.ipc.open_stream(s).read_all()
+
+    # Multi-id get and listing by id prefix (added after the methods above,
+    # which they parallel).
+
+    # How many ids get_many sends in one request: the server's default
+    # --max-lookup-ids.
+    MAX_LOOKUP_IDS = 1000
+
+    def get_many(self, table: str, ids: Iterable[str], version: Optional[int] = None) -> List[Optional[Record]]:
+        """Many records' metadata (POST /v1/tables/{table}/lookup): one entry
+        per id, in the order of ids, the Record or None when the table
+        holds no such record (an absent id is never an error). version pins
+        every lookup to one base version (Gone once collected). More than
+        MAX_LOOKUP_IDS ids are sent as several requests, one after another.
+        """
+        ids = list(ids)
+        if any(not isinstance(i, str) for i in ids):
+            raise TypeError("ids are str")
+        out: List[Optional[Record]] = []
+        path = "/v1/tables/%s/lookup" % path_escape(table)
+        for start in range(0, len(ids), self.MAX_LOOKUP_IDS):
+            chunk = ids[start:start + self.MAX_LOOKUP_IDS]
+            body = json.dumps({"ids": chunk}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            _, raw = self._request("POST", path, {"version": version},
+                                   headers={"Content-Type": "application/json", "Content-Length": str(len(body))},
+                                   body=body)
+            results = json.loads(raw)["results"]
+            if len(results) != len(chunk):
+                raise http.client.HTTPException("%d results for %d ids" % (len(results), len(chunk)))
+            out.extend(Record.from_json(r["record"]) if r.get("found") else None for r in results)
+        return out
+
+    def list_prefix_page(self, table: str, prefix: Optional[str] = None, start_after: Optional[str] = None,
+                         rollout_id: Optional[str] = None, problem_id: Optional[str] = None,
+                         policy_version: Optional[str] = None, limit: Optional[int] = None,
+                         page_token: Optional[str] = None, version: Optional[int] = None) -> Page:
+        """One page of records in id order whose ids start with prefix and
+        are greater than start_after (either may be None), with the other
+        filters of list_page. The server seeks to them: a listing under a
+        prefix costs what the rows under it cost, not the table."""
+        q = {"prefix": prefix or None, "start_after": start_after or None, "rollout_id": rollout_id,
+             "problem_id": problem_id, "policy_version": policy_version, "limit": limit,
+             "page_token": page_token or None, "version": version}
+        d = self._json("GET", "/v1/tables/%s/rollouts" % path_escape(table), q)[1]
+        return Page([Record.from_json(r) for r in d["records"]], d.get("next_page_token", ""))
+
+    def list_prefix(self, table: str, prefix: Optional[str] = None, start_after: Optional[str] = None,
+                    rollout_id: Optional[str] = None, problem_id: Optional[str] = None,
+                    policy_version: Optional[str] = None, limit: Optional[int] = None,
+                    version: Optional[int] = None) -> Iterator[Record]:
+        """Every record whose id starts with prefix and is greater than
+        start_after, in id order, fetching pages of limit as it goes."""
+        token = None
+        while True:
+            page = self.list_prefix_page(table, prefix, start_after, rollout_id, problem_id, policy_version,
+                                         limit, token, version)
+            yield from page.records
+            if not page.next_page_token:
+                return
+            token = page.next_page_token

@@ -394,6 +394,9 @@ func TestClientEveryRoute(t *testing.T) {
 		t.Fatalf("pinned list: %d records, %v", len(page.Records), err)
 	}
 	apiErr(t, errOf(c.Get(ctx, "t", "late", client.AtVersion(9))), client.ErrNotFound, codeVersionNotFound)
+	if res, err := c.GetMany(ctx, "t", []string{"late", ".."}, client.AtVersion(1)); err != nil || len(res) != 2 || res[0].Found || !res[1].Found {
+		t.Fatalf("pinned multi-id get: %+v %v", res, err)
+	}
 	if _, err := c.Put(ctx, "t", "later", client.Fields{RolloutID: "late"}, strings.NewReader("later")); err != nil {
 		t.Fatal(err)
 	}

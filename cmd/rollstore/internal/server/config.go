@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 )
@@ -87,6 +89,15 @@ type Config struct {
 	// MaxBatchRows bounds the rows of one batch; default (and at most) the
 	// engine's SegmentMaxRows, since a batch is committed as one segment.
 	MaxBatchRows int
+	// MaxLookupIDs bounds the ids of one multi-id get (POST .../lookup):
+	// more are refused with 413. Default 1000.
+	MaxLookupIDs int
+	// MaxLookupBytes bounds a multi-id get's body (413 above). Default
+	// room for MaxLookupIDs ids of the longest kind, JSON-escaped.
+	MaxLookupBytes int64
+	// LookupParallelism bounds the lookups one multi-id get runs at once.
+	// Default engine.DefaultGetManyParallelism.
+	LookupParallelism int
 	// AuthTokens, when not empty, makes every request except /healthz and
 	// /readyz require "Authorization: Bearer <token>" with one of them.
 	AuthTokens []string
@@ -125,8 +136,17 @@ func DefaultConfig() Config {
 		CloseTimeout:          5 * time.Second,
 		RetryAfter:            time.Second,
 		ReadyTimeout:          2 * time.Second,
+		MaxLookupIDs:          1000,
+		LookupParallelism:     engine.DefaultGetManyParallelism,
 	}
 }
+
+// lookupBytesPerID is the body room MaxLookupBytes gives each id by
+// default: the longest id, every byte of it escaped as \u00XX would be
+// 6 bytes a byte, but ids hold no control characters, and JSON escapes
+// non-ASCII in at most 12 bytes per 3 or 4 of UTF-8 (\uXXXX, or a
+// surrogate pair): 4 bytes a byte, plus quotes, a comma and whitespace.
+const lookupBytesPerID = 4*rowfile.MaxIDBytes + 16
 
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
@@ -184,6 +204,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = d.ReadyTimeout
 	}
+	if c.MaxLookupIDs == 0 {
+		c.MaxLookupIDs = d.MaxLookupIDs
+	}
+	if c.MaxLookupBytes == 0 {
+		c.MaxLookupBytes = int64(max(c.MaxLookupIDs, 0))*lookupBytesPerID + 1024
+	}
+	if c.LookupParallelism == 0 {
+		c.LookupParallelism = d.LookupParallelism
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -196,6 +225,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: MaxConcurrentUploads %d exceeds MaxConcurrentRequests %d", c.MaxConcurrentUploads, c.MaxConcurrentRequests)
 	case c.MaxClientShare < 0 || c.MaxClientShare > 1:
 		return c, fmt.Errorf("server: MaxClientShare %v must be in (0, 1] (1: no per-client bound)", c.MaxClientShare)
+	case c.MaxLookupIDs < 0, c.MaxLookupBytes < 0, c.LookupParallelism < 0:
+		return c, fmt.Errorf("server: MaxLookupIDs, MaxLookupBytes and LookupParallelism must be positive")
 	case c.SweepEvery < 0:
 		return c, fmt.Errorf("server: SweepEvery must be positive")
 	case c.DrainTimeout < 0, c.DrainDelay < 0, c.CloseTimeout < 0, c.RetryAfter < 0, c.ReadyTimeout < 0:

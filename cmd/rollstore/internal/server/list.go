@@ -24,6 +24,8 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 		RolloutID:     q.Get("rollout_id"),
 		ProblemID:     q.Get("problem_id"),
 		PolicyVersion: q.Get("policy_version"),
+		Prefix:        q.Get("prefix"),
+		StartAfter:    q.Get("start_after"),
 		Limit:         defaultListLimit,
 	}
 	if q.Has("limit") {
@@ -67,7 +69,13 @@ const pageTokenPrefix = "p1."
 
 func listingBinding(table string, o engine.ListOptions) string {
 	h := sha256.New()
-	for _, f := range []string{table, o.RolloutID, o.ProblemID, o.PolicyVersion, strconv.FormatUint(o.Version, 10)} {
+	fields := []string{table, o.RolloutID, o.ProblemID, o.PolicyVersion, strconv.FormatUint(o.Version, 10)}
+	if o.Prefix != "" || o.StartAfter != "" {
+		// Only then, so that tokens of listings without them, issued
+		// before they existed, still continue their listings.
+		fields = append(fields, o.Prefix, o.StartAfter)
+	}
+	for _, f := range fields {
 		h.Write([]byte(strconv.Itoa(len(f))))
 		h.Write([]byte{':'})
 		h.Write([]byte(f))

@@ -21,7 +21,8 @@ const (
 // queryParams are the query parameters each API route takes; any other,
 // or one given twice, is refused (see checkQuery).
 var queryParams = map[string][]string{
-	"GET /v1/tables/{table}/rollouts":              {"rollout_id", "problem_id", "policy_version", "page_token", "limit", "version"},
+	"GET /v1/tables/{table}/rollouts":              {"rollout_id", "problem_id", "policy_version", "prefix", "start_after", "page_token", "limit", "version"},
+	"POST /v1/tables/{table}/lookup":               {"version"},
 	"GET /v1/tables/{table}/rollouts/{id}":         {"version"},
 	"GET /v1/tables/{table}/rollouts/{id}/payload": {"version"},
 	"GET /v1/tables/{table}/scan":                  {"version", "payloads"},
@@ -42,6 +43,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/tables/{table}/rollouts", s.listRollouts, 0)
 	s.handle("GET /v1/tables/{table}/rollouts/{id}", s.getRollout, 0)
 	s.handle("GET /v1/tables/{table}/rollouts/{id}/payload", s.getPayload, 0)
+	s.handle("POST /v1/tables/{table}/lookup", s.lookupRollouts, 0)
 
 	s.handle("GET /v1/tables/{table}/scan", s.scan, 0)
 	s.handle("POST /v1/tables/{table}/merge", s.merge, 0)
