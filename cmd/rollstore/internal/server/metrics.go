@@ -28,14 +28,14 @@ type metrics struct {
 	// payloadBytes counts payload bytes stored (acknowledged writes,
 	// identical retries not counted) and served (bodies sent), by
 	// direction.
-	payloadBytes *prometheus.CounterVec
-	draining       prometheus.Gauge
-	merges         *prometheus.CounterVec
-	mergeDuration  *prometheus.HistogramVec
-	sweeps         *prometheus.CounterVec
-	swept          *prometheus.CounterVec
-	pendingGens    *prometheus.GaugeVec
-	pendingRows    *prometheus.GaugeVec
+	payloadBytes  *prometheus.CounterVec
+	draining      prometheus.Gauge
+	merges        *prometheus.CounterVec
+	mergeDuration *prometheus.HistogramVec
+	sweeps        *prometheus.CounterVec
+	swept         *prometheus.CounterVec
+	pendingGens   *prometheus.GaugeVec
+	pendingRows   *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	tables []string // tables with pending gauges set
