@@ -491,9 +491,14 @@ class Client:
 
     def list_page(self, table: str, rollout_id: Optional[str] = None, problem_id: Optional[str] = None,
                   policy_version: Optional[str] = None, limit: Optional[int] = None,
-                  page_token: Optional[str] = None, version: Optional[int] = None) -> Page:
-        """One page of records in id order (limit: default 100, at most 1000)."""
-        q = {"rollout_id": rollout_id, "problem_id": problem_id, "policy_version": policy_version,
+                  page_token: Optional[str] = None, version: Optional[int] = None, *,
+                  prefix: Optional[str] = None, start_after: Optional[str] = None) -> Page:
+        """One page of records in id order (limit: default 100, at most 1000),
+        optionally only ids starting with prefix and greater than start_after
+        (the server seeks to them: a listing under a prefix costs what the
+        rows under it cost, not the table)."""
+        q = {"prefix": prefix or None, "start_after": start_after or None, "rollout_id": rollout_id,
+             "problem_id": problem_id, "policy_version": policy_version,
              "limit": limit, "page_token": page_token or None, "version": version}
         d = self._json("GET", "/v1/tables/%s/rollouts" % path_escape(table), q)[1]
         return Page([Record.from_json(r) for r in d["records"]], d.get("next_page_token", ""))
@@ -501,9 +506,11 @@ class Client:
     def list(self, table: str, rollout_id: Optional[str] = None, problem_id: Optional[str] = None,
              policy_version: Optional[str] = None, limit: Optional[int] = None,
              version: Optional[int] = None, *, page_token: Optional[str] = None,
+             prefix: Optional[str] = None, start_after: Optional[str] = None,
              page_size: Optional[int] = None) -> Iterator[Record]:
         """Every matching record in id order, fetching pages of limit
-        records as it goes (from page_token, if given).
+        records as it goes (from page_token, if given); prefix and
+        start_after as in list_page.
 
         page_size is the former name of limit, deprecated.
         """
@@ -513,11 +520,13 @@ class Client:
             warnings.warn("rollstore: Client.list(page_size=) is deprecated: use limit=, "
                           "the name of the API parameter and of list_page()", DeprecationWarning, stacklevel=2)
             limit = page_size
-        return self._list(table, rollout_id, problem_id, policy_version, limit, version, page_token)
+        return self._list(table, rollout_id, problem_id, policy_version, limit, version, page_token, prefix, start_after)
 
-    def _list(self, table, rollout_id, problem_id, policy_version, limit, version, token) -> Iterator[Record]:
+    def _list(self, table, rollout_id, problem_id, policy_version, limit, version, token, prefix,
+              start_after) -> Iterator[Record]:
         while True:
-            page = self.list_page(table, rollout_id, problem_id, policy_version, limit, token, version)
+            page = self.list_page(table, rollout_id, problem_id, policy_version, limit, token, version,
+                                  prefix=prefix, start_after=start_after)
             yield from page.records
             if not page.next_page_token:
                 return
@@ -612,32 +621,3 @@ class Client:
                 raise http.client.HTTPException("%d results for %d ids" % (len(results), len(chunk)))
             out.extend(Record.from_json(r["record"]) if r.get("found") else None for r in results)
         return out
-
-    def list_prefix_page(self, table: str, prefix: Optional[str] = None, start_after: Optional[str] = None,
-                         rollout_id: Optional[str] = None, problem_id: Optional[str] = None,
-                         policy_version: Optional[str] = None, limit: Optional[int] = None,
-                         page_token: Optional[str] = None, version: Optional[int] = None) -> Page:
-        """One page of records in id order whose ids start with prefix and
-        are greater than start_after (either may be None), with the other
-        filters of list_page. The server seeks to them: a listing under a
-        prefix costs what the rows under it cost, not the table."""
-        q = {"prefix": prefix or None, "start_after": start_after or None, "rollout_id": rollout_id,
-             "problem_id": problem_id, "policy_version": policy_version, "limit": limit,
-             "page_token": page_token or None, "version": version}
-        d = self._json("GET", "/v1/tables/%s/rollouts" % path_escape(table), q)[1]
-        return Page([Record.from_json(r) for r in d["records"]], d.get("next_page_token", ""))
-
-    def list_prefix(self, table: str, prefix: Optional[str] = None, start_after: Optional[str] = None,
-                    rollout_id: Optional[str] = None, problem_id: Optional[str] = None,
-                    policy_version: Optional[str] = None, limit: Optional[int] = None,
-                    version: Optional[int] = None) -> Iterator[Record]:
-        """Every record whose id starts with prefix and is greater than
-        start_after, in id order, fetching pages of limit as it goes."""
-        token = None
-        while True:
-            page = self.list_prefix_page(table, prefix, start_after, rollout_id, problem_id, policy_version,
-                                         limit, token, version)
-            yield from page.records
-            if not page.next_page_token:
-                return
-            token = page.next_page_token

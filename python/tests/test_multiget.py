@@ -86,18 +86,18 @@ class MultiGet(unittest.TestCase):
         for prefix, after in [("b/", None), ("b/", "b/2"), ("b", "b/c/1"), (None, "b/c/3"), ("zz", None),
                               ("b/c/", "a")]:
             want = [i for i in ids if i.startswith(prefix or "") and i > (after or "")]
-            got = [r.id for r in self.c.list_prefix(self.t, prefix=prefix, start_after=after, limit=3)]
+            got = [r.id for r in self.c.list(self.t, prefix=prefix, start_after=after, limit=3)]
             self.assertEqual(got, want, (prefix, after))
-        page = self.c.list_prefix_page(self.t, prefix="b/", limit=2)
+        page = self.c.list_page(self.t, prefix="b/", limit=2)
         self.assertEqual([r.id for r in page.records], ["b/0", "b/1"])
         self.assertTrue(page.next_page_token)
-        nxt = self.c.list_prefix_page(self.t, prefix="b/", limit=2, page_token=page.next_page_token)
+        nxt = self.c.list_page(self.t, prefix="b/", limit=2, page_token=page.next_page_token)
         self.assertEqual([r.id for r in nxt.records], ["b/2", "b/3"])
         # A token continues only the listing that issued it.
         with self.assertRaises(rollstore.InvalidArgument):
-            self.c.list_prefix_page(self.t, prefix="a/", limit=2, page_token=page.next_page_token)
+            self.c.list_page(self.t, prefix="a/", limit=2, page_token=page.next_page_token)
         # Other filters still apply.
-        got = [r.id for r in self.c.list_prefix(self.t, prefix="b/", rollout_id="r-b/c/2")]
+        got = [r.id for r in self.c.list(self.t, prefix="b/", rollout_id="r-b/c/2")]
         self.assertEqual(got, ["b/c/2"])
 
 
