@@ -37,26 +37,8 @@ func mgConfig(shard string) Config {
 // mgOpen opens a process on store with table "t" and its hook set.
 func mgOpen(t *testing.T, store objstore.Bucket, shard string) (*DB, *Table, *hook.Set) {
 	t.Helper()
-	hs := hook.NewSet()
-	cfg := mgConfig(shard)
-	cfg.Hooks = hs.Func()
-	db, err := Open(store, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := db.CreateTable(ctx, "t"); err != nil && !errors.Is(err, ErrTableExists) {
-		t.Fatal(err)
-	}
-	tb, err := db.Table(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		hs.Reset()
-		_ = db.Close(context.Background())
-	})
-	return db, tb, hs
+	e := newEnv(t, store, mgConfig(shard))
+	return e.db, e.tb, e.hooks
 }
 
 // mgSize alternates inline and external payloads.
