@@ -75,13 +75,13 @@ func parseDigest(field, v string) ([]byte, error) {
 		}
 		key, val, ok := strings.Cut(member, "=")
 		if !ok {
-			return nil, fmt.Errorf("%s member %q is not algorithm=:base64:", field, member)
+			return nil, fmt.Errorf("%s member %q is not of the form algorithm=:<base64>: (RFC 9530)", field, member)
 		}
 		if key != "sha-256" {
 			continue
 		}
 		if len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
-			return nil, fmt.Errorf("%s sha-256 value must be a byte sequence, :base64:", field)
+			return nil, fmt.Errorf("%s sha-256 value must be a byte sequence (:<base64>:)", field)
 		}
 		b, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
 		if err != nil || len(b) != sha256.Size {
