@@ -25,7 +25,6 @@ func (b *Bucket) Get(ctx context.Context, key string) (io.ReadCloser, objstore.A
 	if err := objstore.ValidateKey(key); err != nil {
 		return nil, objstore.Attrs{}, err
 	}
-	ctx = withStreaming(ctx)
 	resp, err := b.client.NewBlobClient(key).DownloadStream(ctx, nil)
 	if err != nil {
 		return nil, objstore.Attrs{}, mapError(opGet, key, err)
@@ -52,11 +51,10 @@ func (b *Bucket) GetRange(ctx context.Context, key string, offset, length int64)
 		rng.Count = length
 	}
 	client := b.client.NewBlobClient(key)
-	dctx := withStreaming(ctx)
 	for attempt := 0; ; attempt++ {
-		resp, err := client.DownloadStream(dctx, &blob.DownloadStreamOptions{Range: rng})
+		resp, err := client.DownloadStream(ctx, &blob.DownloadStreamOptions{Range: rng})
 		if err == nil {
-			return b.body(dctx, key, &resp), nil
+			return b.body(ctx, key, &resp), nil
 		}
 		err = mapError(opGet, key, err)
 		if !errors.Is(err, objstore.ErrInvalidRange) {

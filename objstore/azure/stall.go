@@ -24,8 +24,8 @@ import (
 //     headers and, except for downloads, the body the SDK reads in one go),
 //     and is further cut to the end of the operation's retry budget, so a
 //     store that does not answer is reported within that budget;
-//   - while a download body streams, it bounds each read, never the
-//     transfer.
+//   - while a body the SDK does not read into memory streams (downloads,
+//     batch answers), it bounds each read, never the transfer.
 //
 // A try it cuts fails with a transport timeout (stallError), which is
 // retried within the budget like any lost connection, counts as possibly
@@ -35,15 +35,6 @@ type stallGuard struct{ d time.Duration }
 // budgetEndKey carries the end of an operation's retry budget (a
 // time.Time) in its context; retryBudget sets it.
 type budgetEndKey struct{}
-
-// streamingKey marks the context of an operation whose response body is
-// returned to the caller unread (downloads), so that the try stays open,
-// bounded per read, until the body is closed.
-type streamingKey struct{}
-
-func withStreaming(ctx context.Context) context.Context {
-	return context.WithValue(ctx, streamingKey{}, true)
-}
 
 // stallError is the error of a try cut for want of an answer. It is a
 // timeout in net.Error's sense, and deliberately not context.Canceled,
@@ -103,9 +94,9 @@ func (g stallGuard) Do(req *policy.Request) (*http.Response, error) {
 		cancel(stalled)
 		return nil, &url.Error{Op: req.Raw().Method, URL: req.Raw().URL.Redacted(), Err: stalled}
 	}
-	if err != nil || resp.StatusCode >= 400 || parent.Value(streamingKey{}) == nil {
-		// The SDK has read the whole answer by now (it downloads every
-		// body but a successful download's): nothing left to watch.
+	if err != nil || downloaded(resp) {
+		// The SDK has read the whole answer into memory (it does for all
+		// but downloads and batches): nothing left to watch.
 		cancel(nil)
 		return resp, err
 	}
@@ -234,4 +225,12 @@ func (b *watchedBody) Close() error {
 	err := b.ReadCloser.Close()
 	w.cancel(nil)
 	return err
+}
+
+// downloaded reports whether the SDK read resp's body into memory, as it
+// does for every answer but downloads and batch answers (its own
+// in-memory body has a Bytes method).
+func downloaded(resp *http.Response) bool {
+	_, ok := resp.Body.(interface{ Bytes() []byte })
+	return ok
 }
