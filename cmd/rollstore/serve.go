@@ -65,7 +65,7 @@ func defaultStoreConfig() storeConfig {
 	return storeConfig{
 		store: "local",
 		data:  "./data",
-		azure: azure.Config{Auth: azure.AuthDefault, Retry: azure.RetryConfig{MaxElapsed: azure.DefaultMaxElapsed}},
+		azure: azure.Config{Auth: azure.AuthDefault, Retry: azure.RetryConfig{MaxElapsed: azure.DefaultMaxElapsed, StallTimeout: azure.DefaultStallTimeout}},
 	}
 }
 
@@ -107,6 +107,7 @@ func (c *storeConfig) flags(fs *flag.FlagSet, g *flagGroups) {
 	fs.StringVar(&c.azure.Endpoint, "azure-endpoint", c.azure.Endpoint, "Azure blob endpoint `URL` (default https://<account>.blob.core.windows.net)")
 	fs.BoolVar(&c.azure.CreateContainer, "azure-create-container", c.azure.CreateContainer, "create the Azure container if it is missing")
 	fs.DurationVar(&c.azure.Retry.MaxElapsed, "azure-retry-budget", c.azure.Retry.MaxElapsed, "how long one Azure request may keep failing (retries, and connecting) before its error is answered: 503 with Retry-After for an unreachable store; negative: the SDK's retry count alone")
+	fs.DurationVar(&c.azure.Retry.StallTimeout, "azure-stall-timeout", c.azure.Retry.StallTimeout, "abandon (and retry within --azure-retry-budget) an Azure request the store stops answering: no answer this long after it went out (nor by the budget's end), or a pause this long while a body is sent or read; transfers that progress are never cut. A store that hangs is then answered 503 store_unavailable with Retry-After; negative disables it")
 }
 
 // validate checks the store settings without touching the store; errors

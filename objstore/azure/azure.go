@@ -88,11 +88,16 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 	if cfg.Retry.MaxElapsed > 0 {
 		perCall = append(perCall, retryBudget{opts: retry, budget: cfg.Retry.MaxElapsed})
 	}
+	// sendCounter comes first so that it sees the tries stallGuard cut.
+	perRetry := []policy.Policy{sendCounter{}}
+	if cfg.Retry.StallTimeout > 0 {
+		perRetry = append(perRetry, stallGuard{d: cfg.Retry.StallTimeout})
+	}
 	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{
 		Transport:        b.httpClient,
 		Retry:            retry,
 		PerCallPolicies:  perCall,
-		PerRetryPolicies: []policy.Policy{sendCounter{}},
+		PerRetryPolicies: perRetry,
 		Telemetry:        policy.TelemetryOptions{ApplicationID: "rollstore"},
 	}}
 

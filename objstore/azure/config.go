@@ -39,6 +39,7 @@ const (
 	DefaultMaxRetryDelay     = 30 * time.Second
 	DefaultMaxReadRetries    = 3
 	DefaultMaxElapsed        = 4 * time.Second
+	DefaultStallTimeout      = 2 * time.Second
 
 	// MaxSinglePutLimit caps Config.MaxSinglePut. Above it the SDK's own
 	// buffered uploads switch to a block-list commit that drops access
@@ -111,10 +112,20 @@ type RetryConfig struct {
 	// Defaults 500ms and 30s.
 	RetryDelay    time.Duration
 	MaxRetryDelay time.Duration
-	// TryTimeout bounds one attempt including reading its response body.
-	// Off by default, because a large body legitimately streams for longer
-	// than any sensible per-request bound; use contexts for deadlines.
+	// TryTimeout bounds one attempt including reading its response body
+	// (the SDK's own bound). Off by default, because a large body
+	// legitimately streams for longer than any sensible per-request bound;
+	// StallTimeout is what cuts a store that stops answering.
 	TryTimeout time.Duration
+	// StallTimeout abandons a try the store stops answering, as a transport
+	// timeout: retried within MaxElapsed, then ErrUnavailable. It bounds
+	// the wait for an answer once a request is out (further cut to the end
+	// of MaxElapsed), each pause while a request body is sent, and each
+	// read of a download body: never a whole transfer that progresses, so
+	// large payloads are not cut. A conditional Put cut this way may have
+	// landed, as one whose answer was lost. Default 2s; negative disables
+	// it (a hung store then holds a request until its context ends).
+	StallTimeout time.Duration
 	// MaxReadRetries is how often a download whose connection breaks
 	// mid-body is resumed from where it stopped. Default 3.
 	MaxReadRetries int
@@ -123,7 +134,8 @@ type RetryConfig struct {
 	// rather than after every backoff: no retry is made whose backoff would
 	// end more than MaxElapsed after the request's first try began, and
 	// connecting (dial and TLS handshake) takes at most MaxElapsed. A try
-	// already under way is not cut short. Default 4s; negative disables it
+	// waiting for its answer is cut at the budget's end (see StallTimeout);
+	// one sending or receiving a body that progresses is not. Default 4s; negative disables it
 	// (MaxRetries alone bounds retries, and connecting may take 30s).
 	MaxElapsed time.Duration
 }
@@ -221,6 +233,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if r.MaxElapsed == 0 {
 		r.MaxElapsed = DefaultMaxElapsed
+	}
+	if r.StallTimeout == 0 {
+		r.StallTimeout = DefaultStallTimeout
 	}
 	if r.RetryDelay < 0 || r.MaxRetryDelay < 0 || r.TryTimeout < 0 {
 		return c, errors.New("azure: Retry delays and TryTimeout must not be negative")

@@ -41,7 +41,8 @@ func (p retryBudget) Do(req *policy.Request) (*http.Response, error) {
 		}
 		return time.Since(start)+max(maxBackoff(p.opts, try), retryAfter(resp)) <= p.budget
 	}
-	return req.WithContext(policy.WithRetryOptions(req.Raw().Context(), o)).Next()
+	ctx := context.WithValue(req.Raw().Context(), budgetEndKey{}, start.Add(p.budget))
+	return req.WithContext(policy.WithRetryOptions(ctx, o)).Next()
 }
 
 // sendCounter counts the tries of an operation (whose context carries a

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,4 +115,123 @@ func TestReadyzIsBounded(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("readyz answered after %v, bound 300ms", took)
 	}
+}
+
+// blackHoleAzure is an Azure bucket, configured as `rollstore serve`
+// configures one, whose endpoint accepts connections and reads requests
+// but never answers: a store process that hangs.
+func blackHoleAzure(t *testing.T) objstore.Bucket {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	conns.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			conns.Go(func() { io.Copy(io.Discard, c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		conns.Wait()
+	})
+	return azureAt(t, "http://"+ln.Addr().String()+"/devstoreaccount1", "blackhole")
+}
+
+func azureAt(t *testing.T, endpoint, container string) objstore.Bucket {
+	t.Helper()
+	b, err := azure.New(t.Context(), azure.Config{
+		Container: container,
+		Auth:      azure.AuthConnectionString,
+		ConnectionString: "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
+			"AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
+			"BlobEndpoint=" + endpoint + ";",
+		Retry: azure.RetryConfig{MaxElapsed: azure.DefaultMaxElapsed, StallTimeout: azure.DefaultStallTimeout},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// storeBound is how long an answer may take when the store does not
+// answer: the retry budget, and slack for a loaded machine. The point is
+// that it is not the client's whole wait (30s and more).
+const storeBound = azure.DefaultMaxElapsed + 2*time.Second
+
+// TestHungStoreIs503: with a store that accepts connections and never
+// answers, API calls answer 503 store_unavailable with Retry-After within
+// the retry budget, not 503 timeout once the request's own wait is over.
+func TestHungStoreIs503(t *testing.T) {
+	e := newEnv(t, func(o *envOptions) { o.store = blackHoleAzure(t) })
+	type call struct{ method, path, body string }
+	calls := []call{
+		{"GET", "/v1/tables", ""},
+		{"PUT", "/v1/tables/t", ""},
+		{"GET", rolloutURL("t", "a"), ""},
+		{"PUT", rolloutURL("t", "a"), "payload"},
+	}
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Go(func() {
+			start := time.Now()
+			r, err := e.doAsync(c.method, c.path, c.body, "Rollstore-Record", `{"rollout_id":"r"}`, "Content-Type", "application/octet-stream")
+			took := time.Since(start)
+			if err != nil {
+				t.Errorf("%s %s: %v", c.method, c.path, err)
+				return
+			}
+			if r.status != http.StatusServiceUnavailable || r.errCode() != codeStoreDown {
+				t.Errorf("%s %s: %d %s, want 503 %s", c.method, c.path, r.status, r.body, codeStoreDown)
+			}
+			if r.header.Get("Retry-After") == "" {
+				t.Errorf("%s %s: 503 without Retry-After", c.method, c.path)
+			}
+			if took > storeBound {
+				t.Errorf("%s %s: answered after %v, want within %v", c.method, c.path, took, storeBound)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// doAsync is do for other goroutines than the test's: it reports failures
+// rather than end the test, and gives up after 30s.
+func (e *testEnv) doAsync(method, path, body string, hdr ...string) (response, error) {
+	ctx, cancel := context.WithTimeout(e.t.Context(), 30*time.Second)
+	defer cancel()
+	var rb io.Reader
+	if body != "" {
+		rb = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.ts.URL+path, rb)
+	if err != nil {
+		return response{}, err
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
 }
