@@ -530,6 +530,11 @@ func (l *load) send(p *proc, id string, body io.Reader, size int64) attempt {
 		case resp.StatusCode == http.StatusServiceUnavailable && (a.code == "fenced" || a.code == "unavailable"):
 			// May have landed: a fenced writer's segment can be in the
 			// generation its successor sealed.
+		case resp.StatusCode == http.StatusServiceUnavailable && (a.code == "store_unavailable" || a.code == "throttled" || a.code == "timeout"):
+			// The store did not answer in time (a process continued after
+			// SIGSTOP finds every try it had in flight stalled past
+			// --azure-stall-timeout): like any failed request, it may have
+			// landed; the ledger accepts the row visible or not.
 		case resp.StatusCode == http.StatusServiceUnavailable && a.code == "outcome_unknown":
 			// The documented answer when a try got no answer and the
 			// counts that would tell were reclaimed meanwhile (a writer
