@@ -38,8 +38,13 @@ const (
 	DefaultRetryDelay        = 500 * time.Millisecond
 	DefaultMaxRetryDelay     = 30 * time.Second
 	DefaultMaxReadRetries    = 3
-	DefaultMaxElapsed        = 4 * time.Second
-	DefaultStallTimeout      = 2 * time.Second
+	// A store that answers nothing is reported after about
+	// DefaultMaxElapsed. The stall timeout is long enough that a store
+	// that is only slow is not taken for a hung one: Azurite on a busy
+	// two-core machine was seen taking more than 2 s to answer a staged
+	// 4 MiB block.
+	DefaultMaxElapsed   = 8 * time.Second
+	DefaultStallTimeout = 5 * time.Second
 
 	// MaxSinglePutLimit caps Config.MaxSinglePut. Above it the SDK's own
 	// buffered uploads switch to a block-list commit that drops access

@@ -161,7 +161,9 @@ func azureAt(t *testing.T, endpoint, container string) objstore.Bucket {
 		ConnectionString: "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
 			"AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
 			"BlobEndpoint=" + endpoint + ";",
-		Retry: azure.RetryConfig{MaxElapsed: azure.DefaultMaxElapsed, StallTimeout: azure.DefaultStallTimeout},
+		// Short bounds: the store never answers, so no value is too short
+		// here, and the test stays quick.
+		Retry: azure.RetryConfig{MaxElapsed: hungBudget, StallTimeout: time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +175,10 @@ func azureAt(t *testing.T, endpoint, container string) objstore.Bucket {
 // storeBound is how long an answer may take when the store does not
 // answer: the retry budget, and slack for a loaded machine. The point is
 // that it is not the client's whole wait (30s and more).
-const storeBound = azure.DefaultMaxElapsed + 2*time.Second
+const storeBound = hungBudget + 2*time.Second
+
+// hungBudget is the retry budget of the hung-store tests.
+const hungBudget = 3 * time.Second
 
 // TestHungStoreIs503: with a store that accepts connections and never
 // answers, API calls answer 503 store_unavailable with Retry-After within
