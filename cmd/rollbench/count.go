@@ -211,8 +211,8 @@ func withSpan(ctx context.Context, sp *span) context.Context {
 	return context.WithValue(ctx, spanKey{}, sp)
 }
 
-// keyClass names what a key is in a table's layout, using the engine's own
-// layout package (the one place keys are built).
+// keyClass names what a key is in a table's key space, using the engine's
+// own keyspace package (the one place keys are built).
 func keyClass(key string) string {
 	name, ok := keyspace.TableFromKey(key)
 	if !ok {
