@@ -150,69 +150,27 @@ const lookupBytesPerID = 4*rowfile.MaxIDBytes + 16
 
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = d.MaxBodyBytes
-	}
-	if c.MaxRecordHeaderBytes == 0 {
-		c.MaxRecordHeaderBytes = d.MaxRecordHeaderBytes
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = d.MaxBatchBytes
-	}
-	if c.UploadIdleTimeout == 0 {
-		c.UploadIdleTimeout = d.UploadIdleTimeout
-	}
-	if c.UploadMinRate == 0 {
-		c.UploadMinRate = d.UploadMinRate
-	}
-	if c.UploadMinRate < 0 {
-		c.UploadMinRate = 0
-	}
-	if c.DownloadIdleTimeout == 0 {
-		c.DownloadIdleTimeout = d.DownloadIdleTimeout
-	}
-	if c.DownloadMinRate == 0 {
-		c.DownloadMinRate = d.DownloadMinRate
-	}
-	if c.DownloadMinRate < 0 {
-		c.DownloadMinRate = 0
-	}
-	if c.MaxClientShare == 0 {
-		c.MaxClientShare = d.MaxClientShare
-	}
-	if c.MaxConcurrentRequests == 0 {
-		c.MaxConcurrentRequests = d.MaxConcurrentRequests
-	}
-	if c.MaxConcurrentUploads == 0 {
-		c.MaxConcurrentUploads = max(1, c.MaxConcurrentRequests/2)
-	}
-	if c.MergeInterval == 0 {
-		c.MergeInterval = d.MergeInterval
-	}
-	if c.SweepEvery == 0 {
-		c.SweepEvery = d.SweepEvery
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = d.DrainTimeout
-	}
-	if c.CloseTimeout == 0 {
-		c.CloseTimeout = d.CloseTimeout
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = d.RetryAfter
-	}
-	if c.ReadyTimeout == 0 {
-		c.ReadyTimeout = d.ReadyTimeout
-	}
-	if c.MaxLookupIDs == 0 {
-		c.MaxLookupIDs = d.MaxLookupIDs
-	}
-	if c.MaxLookupBytes == 0 {
-		c.MaxLookupBytes = int64(max(c.MaxLookupIDs, 0))*lookupBytesPerID + 1024
-	}
-	if c.LookupParallelism == 0 {
-		c.LookupParallelism = d.LookupParallelism
-	}
+	orDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
+	orDefault(&c.MaxRecordHeaderBytes, d.MaxRecordHeaderBytes)
+	orDefault(&c.MaxBatchBytes, d.MaxBatchBytes)
+	orDefault(&c.UploadIdleTimeout, d.UploadIdleTimeout)
+	orDefault(&c.UploadMinRate, d.UploadMinRate)
+	c.UploadMinRate = max(c.UploadMinRate, 0) // negative: none
+	orDefault(&c.DownloadIdleTimeout, d.DownloadIdleTimeout)
+	orDefault(&c.DownloadMinRate, d.DownloadMinRate)
+	c.DownloadMinRate = max(c.DownloadMinRate, 0) // negative: none
+	orDefault(&c.MaxClientShare, d.MaxClientShare)
+	orDefault(&c.MaxConcurrentRequests, d.MaxConcurrentRequests)
+	orDefault(&c.MaxConcurrentUploads, max(1, c.MaxConcurrentRequests/2))
+	orDefault(&c.MergeInterval, d.MergeInterval)
+	orDefault(&c.SweepEvery, d.SweepEvery)
+	orDefault(&c.DrainTimeout, d.DrainTimeout)
+	orDefault(&c.CloseTimeout, d.CloseTimeout)
+	orDefault(&c.RetryAfter, d.RetryAfter)
+	orDefault(&c.ReadyTimeout, d.ReadyTimeout)
+	orDefault(&c.MaxLookupIDs, d.MaxLookupIDs)
+	orDefault(&c.MaxLookupBytes, int64(max(c.MaxLookupIDs, 0))*lookupBytesPerID+1024)
+	orDefault(&c.LookupParallelism, d.LookupParallelism)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -238,4 +196,11 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// orDefault sets *v to d when it is zero, the value of "not set".
+func orDefault[T int | int64 | float64 | time.Duration](v *T, d T) {
+	if *v == 0 {
+		*v = d
+	}
 }

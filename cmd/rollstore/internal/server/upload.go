@@ -15,28 +15,18 @@ import (
 )
 
 // uploadBody is a request body read with an idle timeout, a minimum rate
-// and a size limit. Before every Read it sets the connection's read
-// deadline to the earlier of two: UploadIdleTimeout from now (a client
-// that stalls is cut off), and the moment by which the client must have
-// sent the next byte to average UploadMinRate, after a head start of
-// UploadIdleTimeout (a client that keeps trickling, which the idle timeout
-// alone would never cut off, is cut off too). The rate counts only the time
-// spent waiting for the client, not the time the store takes to accept
-// what was read, so a slow store never makes a client look slow. It
+// (UploadIdleTimeout and UploadMinRate, applied by a pacer as the read
+// deadline before every Read) and a size limit. It
 // remembers why the body failed, because the engine may report the failure
 // in its own words: the handler asks explain, not the error's chain.
 type uploadBody struct {
-	r       io.Reader
-	ctx     context.Context
-	rc      *http.ResponseController
-	idle    time.Duration
-	minRate int64 // bytes per second; 0: none
-	waited  time.Duration
-	limit   int64
-	n       int64
-	hooks   hook.Func
-	// slow is set while the rate's deadline is the one in force.
-	slow bool
+	r     io.Reader
+	ctx   context.Context
+	rc    *http.ResponseController
+	pace  pacer
+	limit int64
+	n     int64
+	hooks hook.Func
 	// cause is the first failure, one of errUploadIdle, errUploadSlow,
 	// errTruncated, errBodyLimit, errMalformedBody, errClientGone,
 	// errDigestMismatch, or nil.
@@ -51,10 +41,10 @@ type uploadBody struct {
 // newUploadBody wraps r.Body. limit < 0 means no limit of its own (the
 // engine's MaxPayload still applies).
 func (s *Server) newUploadBody(w http.ResponseWriter, r *http.Request, limit int64) *uploadBody {
-	b := &uploadBody{r: r.Body, ctx: r.Context(), idle: s.cfg.UploadIdleTimeout, limit: limit, hooks: s.cfg.Hooks, declared: r.ContentLength}
-	if b.idle > 0 {
+	b := &uploadBody{r: r.Body, ctx: r.Context(), pace: pacer{idle: s.cfg.UploadIdleTimeout}, limit: limit, hooks: s.cfg.Hooks, declared: r.ContentLength}
+	if b.pace.idle > 0 {
 		b.rc = http.NewResponseController(w)
-		b.minRate = s.cfg.UploadMinRate
+		b.pace.minRate = s.cfg.UploadMinRate
 	}
 	return b
 }
@@ -68,21 +58,12 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	}
 	start := time.Now()
 	if b.rc != nil {
-		wait := b.idle
-		b.slow = false
-		if b.minRate > 0 {
-			// What the client may still keep us waiting, in all.
-			left := b.idle + time.Duration(float64(b.n+1)/float64(b.minRate)*float64(time.Second)) - b.waited
-			if left < wait {
-				wait, b.slow = left, true
-			}
-		}
 		// ErrNotSupported (a writer that cannot set deadlines) leaves the
 		// upload without these bounds; it is not a reason to refuse it.
-		_ = b.rc.SetReadDeadline(start.Add(wait))
+		_ = b.rc.SetReadDeadline(start.Add(b.pace.wait(b.n + 1)))
 	}
 	n, err := b.r.Read(p)
-	b.waited += time.Since(start)
+	b.pace.waited += time.Since(start)
 	if b.n == 0 && n > 0 {
 		_ = b.hooks.Call(b.ctx, "upload:first-bytes")
 	}
@@ -115,10 +96,10 @@ func (b *uploadBody) why(err error) error {
 	var mbe *http.MaxBytesError
 	var ne *net.OpError
 	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded) && b.slow:
-		return fmt.Errorf("%w: %d bytes in %v of waiting, below %d bytes/s", errUploadSlow, b.n, b.waited.Round(time.Millisecond), b.minRate)
+	case errors.Is(err, os.ErrDeadlineExceeded) && b.pace.slow:
+		return fmt.Errorf("%w: %d bytes in %v of waiting, below %d bytes/s", errUploadSlow, b.n, b.pace.waited.Round(time.Millisecond), b.pace.minRate)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w (%v, after %d bytes)", errUploadIdle, b.idle, b.n)
+		return fmt.Errorf("%w (%v, after %d bytes)", errUploadIdle, b.pace.idle, b.n)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%w: got %d bytes", errTruncated, b.n)
 	case errors.As(err, &mbe):
