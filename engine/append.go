@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
+	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 )
 
@@ -32,10 +33,58 @@ type AppendResult struct {
 // false, the existing row returned) when its content is the same (see
 // compare: metadata as a JSON value, an explicit created_at equal to the
 // stored one), and ErrConflict otherwise.
+//
+// In a partitioned table, an append whose partition another process owns
+// fails with a NotOwnerError before its body is read; a caller that
+// forwards appends uses Stage and Commit instead.
 func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64) (AppendResult, error) {
-	cfg := t.db.cfg
 	if err := t.checkLive(); err != nil {
 		return AppendResult{}, err
+	}
+	// Take the partition (or find it owned elsewhere) before the body is
+	// read: the append can still move to the table's new incarnation.
+	if _, err := t.writerFor(ctx, t.PartitionOf(rec.ID)); err != nil {
+		return onSuccessor(ctx, t, AppendResult{}, err, func(nt *Table) (AppendResult, error) {
+			return nt.Append(ctx, rec, r, size)
+		})
+	}
+	st, nt, err := t.Stage(ctx, rec, r, size)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	res, err := nt.Commit(ctx, []*Staged{st})
+	var be *BatchError
+	if errors.As(err, &be) {
+		err = be.Err
+	}
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return res[0], nil
+}
+
+// Staged is an append whose payload is stored (inline in Record.Payload,
+// or its own object named by Record.PayloadRef) and whose row awaits its
+// commit by the owner of its partition: in this process, or in the one a
+// process that does not own the partition forwards it to. Only the record
+// travels; the payload is never sent twice.
+type Staged struct {
+	Record Record `json:"record"`
+	// GivenAt: the caller gave Record.CreatedAt (see compare).
+	GivenAt bool `json:"given_at,omitempty"`
+	// Uploaded is when its payload upload began: a row whose payload
+	// object is old enough for the orphan sweep is not committed.
+	Uploaded time.Time `json:"uploaded"`
+}
+
+// Stage validates an append and stores its payload (see Append), ready for
+// Commit on the returned handle: the table's current incarnation, which is
+// t unless t was dropped and the table created again (then the append
+// moves there before its body is read).
+func (t *Table) Stage(ctx context.Context, rec Record, r io.Reader, size int64) (*Staged, *Table, error) {
+	cfg := t.db.cfg
+	if err := t.checkLive(); err != nil {
+		return nil, nil, err
 	}
 	givenAt := rec.CreatedAt
 	if rec.CreatedAt.IsZero() {
@@ -47,49 +96,190 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 	}
 	rec.Payload, rec.PayloadRef = nil, ""
 	if err := rec.Validate(); err != nil {
-		return AppendResult{}, err
+		return nil, nil, err
 	}
 	if size > cfg.MaxPayload {
-		return AppendResult{}, fmt.Errorf("%w: %d bytes exceeds %d", ErrTooLarge, size, cfg.MaxPayload)
+		return nil, nil, fmt.Errorf("%w: %d bytes exceeds %d", ErrTooLarge, size, cfg.MaxPayload)
 	}
-	w, err := t.shardWriter(ctx)
-	if err == nil && t.fresh() == nil {
+	var err error
+	if t.fresh() == nil {
 		// Learn of a drop elsewhere before the body is read, while the
 		// append can still move to the table's new incarnation.
 		_, err = t.refreshed(ctx, t.refresh.ticket(), false)
 	}
-	// On the table's new incarnation the append starts over: nothing of the
-	// body was read yet.
 	moved := false
-	if res, err := onSuccessor(ctx, t, AppendResult{}, err, func(nt *Table) (AppendResult, error) {
+	var st *Staged
+	nt, err := onSuccessor(ctx, t, t, err, func(nt *Table) (*Table, error) {
 		moved = true
 		rec.CreatedAt = givenAt // stamped there, if it was not given
-		return nt.Append(ctx, rec, r, size)
-	}); moved || err != nil {
-		return res, err
+		var err error
+		st, nt, err = nt.Stage(ctx, rec, r, size)
+		return nt, err
+	})
+	if moved || err != nil {
+		return st, nt, err
 	}
-	started := t.db.rt.Now()
-	if err := w.stream(ctx, &rec, r, size); err != nil {
-		return AppendResult{}, err
+	st = &Staged{Record: rec, GivenAt: !givenAt.IsZero(), Uploaded: t.db.rt.Now()}
+	if err := t.stream(ctx, &st.Record, r, size); err != nil {
+		return nil, nil, err
 	}
 	if err := t.db.point(ctx, hookAfterPayload); err != nil {
-		return AppendResult{}, err // a crash here leaves an orphan payload
+		return nil, nil, err // a crash here leaves an orphan payload
 	}
-	res, queued, err := w.submit(ctx, []*Record{&rec}, []bool{!givenAt.IsZero()}, started)
-	var be *BatchError
-	if errors.As(err, &be) {
-		err = be.Err
+	return st, t, nil
+}
+
+// Commit commits staged appends (of Stage, here or in a process that
+// forwarded them) through the writers of their partitions, which must be
+// this process's: it answers NotOwnerError (in a BatchError) otherwise. The
+// rows of one partition commit together, all or none; rows of different
+// partitions commit independently, so a failed Commit may have committed
+// other partitions' rows (an identical retry of the whole is answered from
+// them). A payload object of an append refused before anything was
+// written is deleted.
+func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, error) {
+	if err := t.checkLive(); err != nil {
+		return nil, err
 	}
+	if len(items) > t.db.cfg.SegmentMaxRows {
+		return nil, fmt.Errorf("%w: %d rows exceeds %d", ErrTooLarge, len(items), t.db.cfg.SegmentMaxRows)
+	}
+	for i, st := range items {
+		if err := t.checkStaged(st); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+	}
+	var shards []string
+	groups := map[string][]int{}
+	for i, st := range items {
+		s := t.PartitionOf(st.Record.ID)
+		if _, ok := groups[s]; !ok {
+			shards = append(shards, s)
+		}
+		groups[s] = append(groups[s], i)
+	}
+	out := make([]AppendResult, len(items))
+	errs := make([]error, len(shards))
+	_ = sched.Parallel(ctx, t.db.rt, len(shards), 16, func(ctx context.Context, gi int) error {
+		errs[gi] = t.commitGroup(ctx, shards[gi], items, groups[shards[gi]], out)
+		return nil
+	})
+	// The first failing item's error (with its index) is the answer.
+	var first *BatchError
+	for _, err := range errs {
+		var be *BatchError
+		if err != nil && errors.As(err, &be) && (first == nil || be.Index < first.Index) {
+			first = be
+		}
+	}
+	if first != nil {
+		return nil, first
+	}
+	return out, nil
+}
+
+// commitGroup commits the items at idx, all of partition shard, as one
+// request of its writer: deduplicated (an id twice in the batch is one
+// row, or a conflict), checked and written in one segment.
+func (t *Table) commitGroup(ctx context.Context, shard string, items []*Staged, idx []int, out []AppendResult) error {
+	var recs []*Record
+	var given []bool
+	var pos []int     // index in recs of each of idx
+	first := map[string]int{}
+	uploaded := t.db.rt.Now()
+	for _, i := range idx {
+		st := items[i]
+		rec := &st.Record
+		if j, ok := first[rec.ID]; ok {
+			prev := recs[j]
+			if !rowfile.SameContent(prev, rec) {
+				t.discard(ctx, itemsAt(items, idx))
+				return &BatchError{Index: i, Err: fmt.Errorf("%w: %q repeated in the batch", ErrConflict, rec.ID)}
+			}
+			if st.GivenAt && !rec.CreatedAt.Equal(prev.CreatedAt) {
+				t.discard(ctx, itemsAt(items, idx))
+				return &BatchError{Index: i, Err: fmt.Errorf("%w: %q repeated in the batch with created_at %s, not %s", ErrConflict,
+					rec.ID, formatAt(rec.CreatedAt), formatAt(prev.CreatedAt))}
+			}
+			pos = append(pos, j)
+			continue
+		}
+		first[rec.ID] = len(recs)
+		pos = append(pos, len(recs))
+		recs = append(recs, rec)
+		given = append(given, st.GivenAt)
+		if st.Uploaded.Before(uploaded) {
+			uploaded = st.Uploaded
+		}
+	}
+	w, err := t.writerFor(ctx, shard)
+	if err != nil {
+		t.discard(ctx, itemsAt(items, idx))
+		return &BatchError{Index: idx[0], Err: err}
+	}
+	res, queued, err := w.submit(ctx, recs, given, uploaded)
 	if err != nil {
 		if !queued {
-			w.discardPayload(&rec)
+			t.discard(ctx, itemsAt(items, idx))
 		}
-		return AppendResult{}, err
+		var be *BatchError
+		if errors.As(err, &be) {
+			for k, p := range pos {
+				if p == be.Index {
+					return &BatchError{Index: idx[k], Err: be.Err}
+				}
+			}
+		}
+		return &BatchError{Index: idx[0], Err: err}
 	}
-	if !res[0].Created {
-		w.discardPayload(&rec) // the existing row has its own payload
+	for k, i := range idx {
+		j := pos[k]
+		if recs[j] != &items[i].Record {
+			// The batch's second copy of an id: its payload is unused.
+			out[i] = AppendResult{Record: res[j].Record, Created: false}
+			t.discardPayload(ctx, &items[i].Record)
+			continue
+		}
+		out[i] = res[j]
+		if !res[j].Created {
+			t.discardPayload(ctx, &items[i].Record) // the existing row has its own payload
+		}
 	}
-	return res[0], nil
+	return nil
+}
+
+func itemsAt(items []*Staged, idx []int) []*Staged {
+	out := make([]*Staged, len(idx))
+	for k, i := range idx {
+		out[k] = items[i]
+	}
+	return out
+}
+
+// checkStaged validates a staged append before it is committed: it may
+// come from another process, so its payload must be what it claims, and
+// its object one of this incarnation's payloads.
+func (t *Table) checkStaged(st *Staged) error {
+	rec := &st.Record
+	if err := rec.Validate(); err != nil {
+		return err
+	}
+	if rec.PayloadRef != "" {
+		if !t.keys.IsPayload(rec.PayloadRef) {
+			return fmt.Errorf("%w: payload object %q is not one of %s's", ErrInvalid, rec.PayloadRef, t.Name())
+		}
+		if rec.Payload != nil {
+			return fmt.Errorf("%w: a payload both inline and an object", ErrInvalid)
+		}
+		return nil
+	}
+	if int64(len(rec.Payload)) != rec.PayloadSize || sha256.Sum256(rec.Payload) != rec.PayloadSHA256 {
+		return fmt.Errorf("%w: inline payload does not match its size and checksum", ErrInvalid)
+	}
+	if rec.PayloadSize > t.db.cfg.InlineMax {
+		return fmt.Errorf("%w: inline payload of %d bytes exceeds %d", ErrInvalid, rec.PayloadSize, t.db.cfg.InlineMax)
+	}
+	return nil
 }
 
 // BatchItem is one row of a batch append, its payload in memory (batches
@@ -108,9 +298,12 @@ type BatchError struct {
 func (e *BatchError) Error() string { return fmt.Sprintf("item %d: %v", e.Index, e.Err) }
 func (e *BatchError) Unwrap() error { return e.Err }
 
-// AppendBatch writes all items or none: they are validated and checked
-// against existing rows first, then committed in one segment, one atomic
-// put. An identical retry of an item reports Created=false for it.
+// AppendBatch writes items: validated first (nothing is written if one is
+// invalid), then committed per partition, all or none within a partition
+// (a table without partitions is one: the whole batch, in one segment). An
+// identical retry of an item reports Created=false for it. In a
+// partitioned table every item's partition must be this process's (see
+// Commit).
 func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendResult, error) {
 	cfg := t.db.cfg
 	if err := t.checkLive(); err != nil {
@@ -122,104 +315,82 @@ func (t *Table) AppendBatch(ctx context.Context, items []BatchItem) ([]AppendRes
 	if len(items) > cfg.SegmentMaxRows {
 		return nil, fmt.Errorf("%w: batch of %d rows exceeds %d", ErrTooLarge, len(items), cfg.SegmentMaxRows)
 	}
-	recs := make([]*Record, len(items))
-	givenAt := make([]bool, len(items))
 	first := map[string]int{}
-	var dupOf []int // index in recs of the first item with the same id, or -1
+	prev := make([]Record, 0, len(items))
 	for i := range items {
 		rec := items[i].Record
-		givenAt[i] = !rec.CreatedAt.IsZero()
-		if rec.CreatedAt.IsZero() {
-			rec.CreatedAt = t.db.rt.Now()
-		}
-		rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
 		if rec.ContentType == "" {
 			rec.ContentType = "application/octet-stream"
 		}
 		rec.Payload, rec.PayloadRef = nil, ""
 		rec.PayloadSize = int64(len(items[i].Payload))
-		rec.PayloadSHA256 = sha256.Sum256(items[i].Payload)
+		if rec.CreatedAt.IsZero() {
+			rec.CreatedAt = t.db.rt.Now()
+		}
+		rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
 		if err := rec.Validate(); err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
 		if rec.PayloadSize > cfg.MaxPayload {
 			return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %d bytes", ErrTooLarge, rec.PayloadSize)}
 		}
-		recs[i] = &rec
+		rec.PayloadSHA256 = sha256.Sum256(items[i].Payload)
 		if j, ok := first[rec.ID]; ok {
-			if !rowfile.SameContent(recs[j], &rec) {
+			if !rowfile.SameContent(&prev[j], &rec) {
 				return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %q repeated in the batch", ErrConflict, rec.ID)}
 			}
-			if givenAt[i] && !rec.CreatedAt.Equal(recs[j].CreatedAt) {
+			if !items[i].Record.CreatedAt.IsZero() && !rec.CreatedAt.Equal(prev[j].CreatedAt) {
 				return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %q repeated in the batch with created_at %s, not %s", ErrConflict,
-					rec.ID, formatAt(rec.CreatedAt), formatAt(recs[j].CreatedAt))}
+					rec.ID, formatAt(rec.CreatedAt), formatAt(prev[j].CreatedAt))}
 			}
-			dupOf = append(dupOf, j)
-			continue
+		} else {
+			first[rec.ID] = i
 		}
-		first[rec.ID] = i
-		dupOf = append(dupOf, -1)
-	}
-	w, err := t.shardWriter(ctx)
-	moved := false
-	if res, err := onSuccessor(ctx, t, nil, err, func(nt *Table) ([]AppendResult, error) {
-		moved = true
-		return nt.AppendBatch(ctx, items)
-	}); moved || err != nil {
-		return res, err
-	}
-	var unique []*Record
-	var uniqueGiven []bool
-	var pos []int
-	started := t.db.rt.Now()
-	for i, rec := range recs {
-		if dupOf[i] >= 0 {
-			continue
+		prev = append(prev, rec)
+		if t.partitions > 0 {
+			if o, err := t.Owner(ctx, rec.ID); err != nil || !o.Self {
+				if err == nil {
+					err = &NotOwnerError{Owner: o}
+				}
+				return nil, &BatchError{Index: i, Err: t.noteGone(err)}
+			}
 		}
-		if err := w.stream(ctx, rec, bytes.NewReader(items[i].Payload), int64(len(items[i].Payload))); err != nil {
-			w.discardAll(unique)
+	}
+	staged := make([]*Staged, len(items))
+	nt := t
+	for i := range items {
+		st, at, err := nt.Stage(ctx, items[i].Record, bytes.NewReader(items[i].Payload), int64(len(items[i].Payload)))
+		if err == nil && at != nt {
+			if i > 0 {
+				// Dropped and created again while staging: start over there.
+				t.discard(ctx, staged[:i])
+				return at.AppendBatch(ctx, items)
+			}
+			nt = at
+		}
+		if err != nil {
+			nt.discard(ctx, staged[:i])
 			return nil, &BatchError{Index: i, Err: err}
 		}
-		unique = append(unique, rec)
-		uniqueGiven = append(uniqueGiven, givenAt[i])
-		pos = append(pos, i)
+		staged[i] = st
 	}
-	res, queued, err := w.submit(ctx, unique, uniqueGiven, started)
-	if err != nil {
-		if !queued {
-			w.discardAll(unique)
-		}
-		var be *BatchError
-		if errors.As(err, &be) {
-			be.Index = pos[be.Index]
-		}
-		return nil, err
-	}
-	out := make([]AppendResult, len(items))
-	for j, r := range res {
-		out[pos[j]] = r
-		if !r.Created {
-			w.discardPayload(unique[j])
-		}
-	}
-	for i, j := range dupOf {
-		if j >= 0 {
-			out[i] = AppendResult{Record: out[j].Record, Created: false}
-		}
-	}
-	return out, nil
+	return nt.Commit(ctx, staged)
 }
 
-func (w *shardWriter) discardAll(recs []*Record) {
-	for _, r := range recs {
-		w.discardPayload(r)
+// discard deletes the payload objects of staged appends that were not
+// committed (best effort: the orphan sweep removes what this misses).
+func (t *Table) discard(ctx context.Context, items []*Staged) {
+	for _, st := range items {
+		if st != nil {
+			t.discardPayload(ctx, &st.Record)
+		}
 	}
 }
 
 // stream reads the payload, inline or into its own object, and fills in
 // size and checksum.
-func (w *shardWriter) stream(ctx context.Context, rec *Record, r io.Reader, size int64) error {
-	cfg := w.t.db.cfg
+func (t *Table) stream(ctx context.Context, rec *Record, r io.Reader, size int64) error {
+	cfg := t.db.cfg
 	if r == nil {
 		r = bytes.NewReader(nil)
 	}
@@ -234,13 +405,13 @@ func (w *shardWriter) stream(ctx context.Context, rec *Record, r io.Reader, size
 		h.Write(head)
 		rec.Payload, rec.PayloadSize = head, int64(len(head))
 	} else {
-		key, err := w.t.keys.Payload(w.shard, w.currentGen(), w.t.db.randomName())
+		key, err := t.keys.Payload(t.PartitionOf(rec.ID), 0, t.db.randomName())
 		if err != nil {
 			return err
 		}
 		counted := &countingReader{r: io.TeeReader(io.MultiReader(bytes.NewReader(head), limited), h)}
-		if _, err := w.t.db.store.Put(ctx, key, counted, objstore.PutOptions{Size: size, ContentType: rec.ContentType}); err != nil {
-			_ = w.t.db.store.Delete(context.WithoutCancel(ctx), key)
+		if _, err := t.db.store.Put(ctx, key, counted, objstore.PutOptions{Size: size, ContentType: rec.ContentType}); err != nil {
+			_ = t.db.store.Delete(context.WithoutCancel(ctx), key)
 			if limited.over {
 				return fmt.Errorf("%w: exceeds %d bytes", ErrTooLarge, cfg.MaxPayload)
 			}
@@ -249,19 +420,19 @@ func (w *shardWriter) stream(ctx context.Context, rec *Record, r io.Reader, size
 		rec.PayloadRef, rec.PayloadSize = key, counted.n
 	}
 	if size >= 0 && rec.PayloadSize != size {
-		w.discardPayload(rec)
+		t.discardPayload(ctx, rec)
 		return fmt.Errorf("%w: payload is %d bytes, %d declared", ErrInvalid, rec.PayloadSize, size)
 	}
 	copy(rec.PayloadSHA256[:], h.Sum(nil))
 	return nil
 }
 
-func (w *shardWriter) discardPayload(rec *Record) {
+func (t *Table) discardPayload(ctx context.Context, rec *Record) {
 	if rec.PayloadRef != "" {
-		ctx, cancel := w.t.db.rt.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := t.db.rt.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		// Best effort; the orphan sweep removes what this misses.
-		_ = w.t.db.store.Delete(ctx, rec.PayloadRef)
+		_ = t.db.store.Delete(ctx, rec.PayloadRef)
 	}
 }
 

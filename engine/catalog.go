@@ -23,9 +23,12 @@ type descriptor struct {
 	Incarnation string    `json:"incarnation"`
 	CreatedAt   time.Time `json:"created_at"`
 	Schema      int       `json:"schema"`
+	// Partitions: the ids' hash partitions; 0 in tables created before
+	// partitions (schema 2), whose shards are their writers.
+	Partitions int `json:"partitions,omitempty"`
 }
 
-const schemaVersion = 2
+const schemaVersion = 3
 
 func (db *DB) readDescriptor(ctx context.Context, lay keyspace.Table) (descriptor, objstore.Attrs, error) {
 	data, attrs, err := objstore.ReadAll(ctx, db.store, lay.Descriptor(), 64<<10)
@@ -45,12 +48,32 @@ func (db *DB) readDescriptor(ctx context.Context, lay keyspace.Table) (descripto
 	return d, attrs, nil
 }
 
-// CreateTable creates an empty table: a new incarnation, its registry,
+// TableOptions are fixed when a table is created.
+type TableOptions struct {
+	// Partitions is the number of hash partitions of the ids (1 to
+	// MaxPartitions); 0 takes Config.Partitions. Negative creates a table
+	// without partitions, each writer process with its own shard (the
+	// layout of tables created before partitions; tests of it only).
+	Partitions int
+}
+
+// CreateTable creates an empty table with the default options.
+func (db *DB) CreateTable(ctx context.Context, name string) error {
+	return db.CreateTableWith(ctx, name, TableOptions{})
+}
+
+// CreateTableWith creates an empty table: a new incarnation, its registry,
 // then the descriptor that names it (the commit point). A descriptor whose
 // incarnation was dropped without the drop finishing is replaced.
-func (db *DB) CreateTable(ctx context.Context, name string) error {
+func (db *DB) CreateTableWith(ctx context.Context, name string, opts TableOptions) error {
+	switch {
+	case opts.Partitions == 0:
+		opts.Partitions = db.cfg.Partitions
+	case opts.Partitions > MaxPartitions:
+		return fmt.Errorf("%w: %d partitions exceeds %d", ErrInvalid, opts.Partitions, MaxPartitions)
+	}
 	start := db.rt.Now()
-	if err := db.createTable(ctx, name); err != nil {
+	if err := db.createTable(ctx, name, max(opts.Partitions, 0)); err != nil {
 		return err
 	}
 	// CollectDropped deletes an incarnation no descriptor names once its
@@ -70,7 +93,7 @@ func (db *DB) CreateTable(ctx context.Context, name string) error {
 	return nil
 }
 
-func (db *DB) createTable(ctx context.Context, name string) error {
+func (db *DB) createTable(ctx context.Context, name string, partitions int) error {
 	lay, err := keyspace.ForTable(name)
 	if err != nil {
 		return err
@@ -83,7 +106,7 @@ func (db *DB) createTable(ctx context.Context, name string) error {
 	if err := createRegistry(ctx, db, inc); err != nil {
 		return err
 	}
-	body, _ := json.Marshal(descriptor{Name: name, Incarnation: inc.Name(), CreatedAt: now, Schema: schemaVersion})
+	body, _ := json.Marshal(descriptor{Name: name, Incarnation: inc.Name(), CreatedAt: now, Schema: schemaVersion, Partitions: partitions})
 	put := func(opts objstore.PutOptions) error {
 		opts.Size, opts.ContentType = int64(len(body)), "application/json"
 		_, err := db.store.Put(ctx, lay.Descriptor(), bytes.NewReader(body), opts)
@@ -248,7 +271,7 @@ func (db *DB) tableNow(ctx context.Context, lay keyspace.Table) (*Table, string,
 		// old incarnation.
 		t.retire(fmt.Errorf("%w: %s was dropped", errDropped, name))
 	}
-	t := newTable(db, inc, attrs.ETag)
+	t := newTable(db, inc, attrs.ETag, desc.Partitions)
 	db.tables[name] = t
 	return t, attrs.ETag, nil
 }
@@ -290,7 +313,7 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 		return err
 	}
 	t.retire(fmt.Errorf("%w: %s was dropped", errDropped, name))
-	_ = t.closeWriter(ctx)
+	_ = t.closeWriters(ctx)
 	db.forget(t)
 	if err := tombstone(ctx, db, t.keys); err != nil {
 		return fmt.Errorf("dropping %s: %w", name, err)

@@ -12,9 +12,23 @@ import (
 
 // Config tunes a DB. Zero fields take the defaults of DefaultConfig.
 type Config struct {
-	// Shard is the writer shard this process owns; empty for readers and
-	// mergers, which then refuse appends with ErrNoWriter.
+	// Shard names this process's writer: its member name among the
+	// writers of partitioned tables (which spread the partitions among
+	// themselves), and its own shard in tables without partitions. Empty
+	// for readers and mergers, which then refuse appends with ErrNoWriter.
+	// A process restarted under the same name takes its partitions back at
+	// once.
 	Shard string
+	// Addr is where other processes forward appends for the partitions
+	// this writer owns (host:port), listed with its name in the members.
+	Addr string
+	// Partitions is the partition count of tables created without one;
+	// negative: tables without partitions.
+	Partitions int
+	// MembersPollInterval: how often a writer of a partitioned table reads
+	// the members (learning of joins and departures: partitions move at
+	// most this long after) and how long a cached view serves routing.
+	MembersPollInterval time.Duration
 
 	// InlineMax: payloads up to this size go inline into WAL segments;
 	// larger ones are streamed to their own objects.
@@ -93,6 +107,8 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
+		Partitions:           DefaultPartitions,
+		MembersPollInterval:  time.Second,
 		InlineMax:            1 << 20,
 		MaxPayload:           1 << 30,
 		GroupCommitWindow:    2 * time.Millisecond,
@@ -124,6 +140,10 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
+	setDefault(&c.MembersPollInterval, d.MembersPollInterval)
+	if c.Partitions == 0 {
+		c.Partitions = d.Partitions
+	}
 	setDefault(&c.InlineMax, d.InlineMax)
 	setDefault(&c.MaxPayload, d.MaxPayload)
 	setDefault(&c.GroupCommitWindow, d.GroupCommitWindow)

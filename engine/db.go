@@ -122,7 +122,7 @@ func (db *DB) Close(ctx context.Context) error {
 	db.mu.Unlock()
 	var errs []error
 	for _, t := range tables {
-		errs = append(errs, t.closeWriter(ctx))
+		errs = append(errs, t.closeWriters(ctx))
 	}
 	return errors.Join(errs...)
 }

@@ -44,6 +44,9 @@ var (
 	ErrTooLarge    = errors.New("payload too large")
 	ErrInvalid     = rowfile.ErrInvalidRecord
 	ErrInvalidName = keyspace.ErrInvalidName
+	// ErrNotOwner: the append's partition is owned by another process (a
+	// NotOwnerError says which); forward it there.
+	ErrNotOwner = errors.New("partition owned by another writer")
 	// ErrShardOwned: another live process holds the shard's lease.
 	ErrShardOwned = errors.New("shard is owned by another writer")
 	// ErrMergerBusy: another merger holds the table's merger lease, or a

@@ -92,12 +92,12 @@ func waitQueued(t *testing.T, tb *Table, n int) {
 	t.Helper()
 	ctx := waitCtx(t)
 	for {
-		tb.wmu.Lock()
-		w := tb.writer
-		tb.wmu.Unlock()
-		w.mu.Lock()
-		q := len(w.queue)
-		w.mu.Unlock()
+		q := 0
+		for _, w := range tb.allWriters() {
+			w.mu.Lock()
+			q += len(w.queue)
+			w.mu.Unlock()
+		}
 		if q >= n {
 			return
 		}

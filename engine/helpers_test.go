@@ -29,6 +29,7 @@ import (
 func testConfig(shard string) Config {
 	return Config{
 		Shard:             shard,
+		Partitions:        -1, // the shard protocol; partitions_test.go covers partitioned tables
 		InlineMax:         4 << 10,
 		GroupCommitWindow: time.Millisecond,
 		GenMaxAge:         time.Hour, // tests seal explicitly with Flush

@@ -13,6 +13,9 @@ const (
 	// hookBeforeFence fires before a new owner seals the generation the
 	// previous writer left open.
 	hookBeforeFence = "write:before-fence"
+	// hookBeforeTakeOver fires when a process decided to take a shard
+	// (a partition it owns) over, before it touches the head.
+	hookBeforeTakeOver = "write:before-takeover"
 
 	// Writer: an append and its group commit (doc.go, step 3).
 

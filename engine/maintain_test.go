@@ -19,6 +19,7 @@ func maintainDB(t *testing.T, rows int, tables ...string) *engine.DB {
 	ctx := context.Background()
 	cfg := engine.DefaultConfig()
 	cfg.Shard = "w0"
+	cfg.Partitions = 1 // one generation per flush
 	cfg.ReclaimGrace = 0
 	cfg.LeaseDuration = -1
 	db, err := engine.Open(memory.New(), cfg)

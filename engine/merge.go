@@ -211,7 +211,7 @@ func (t *Table) mergeCandidates(ctx context.Context, reg *registry, m *Manifest)
 		if err != nil {
 			return nil, sealedNow, err
 		}
-		if !h.Sealed && shard != t.db.cfg.Shard && t.db.rt.Now().Sub(h.modified) >= t.db.cfg.GenMaxAge {
+		if !h.Sealed && !(t.partitions == 0 && shard == t.db.cfg.Shard) && t.liveWriter(shard) == nil && t.db.rt.Now().Sub(h.modified) >= t.db.cfg.GenMaxAge {
 			if hs, ok, err := t.sealAbandoned(ctx, shard, h); err != nil {
 				return nil, sealedNow, err
 			} else if ok {

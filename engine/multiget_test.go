@@ -24,6 +24,7 @@ import (
 func mgConfig(shard string) Config {
 	return Config{
 		Shard:             shard,
+		Partitions:        1, // one generation per flush
 		InlineMax:         4 << 10,
 		GroupCommitWindow: time.Millisecond,
 		GenMaxAge:         time.Hour,

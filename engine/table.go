@@ -32,18 +32,25 @@ type Table struct {
 	// elsewhere): every later call fails with it.
 	retired atomic.Pointer[error]
 
-	wlock  *sched.Lock // guards writer replacement (which does I/O)
-	wmu    sync.Mutex  // guards writer
-	writer *shardWriter
+	// partitions is the descriptor's partition count; 0 for a table
+	// created before partitions, where each writer process has its own
+	// shard.
+	partitions int
+	membership membership
+
+	wlock   *sched.Lock // guards starting and replacing writers (which does I/O)
+	wmu     sync.Mutex  // guards writers
+	writers map[string]*shardWriter // by shard
 
 	// mergeLock serialises merges and sweeps within the process; across
 	// processes the merger lease and the create-if-absent commit decide.
 	mergeLock *sched.Lock
 }
 
-func newTable(db *DB, inc keyspace.Inc, descETag string) *Table {
+func newTable(db *DB, inc keyspace.Inc, descETag string, partitions int) *Table {
 	lay, _ := keyspace.ForTable(inc.Table())
-	t := &Table{db: db, tableKeys: lay, keys: inc, descETag: descETag,
+	t := &Table{db: db, tableKeys: lay, keys: inc, descETag: descETag, partitions: partitions,
+		writers:   map[string]*shardWriter{},
 		pinned:    cache.New(4<<20, cache.WithRuntime[uint64, *snapshot](db.rt)),
 		wlock:     sched.NewLock(db.rt),
 		mergeLock: sched.NewLock(db.rt)}
@@ -68,13 +75,22 @@ func (t *Table) retiredErr() error {
 // with err.
 func (t *Table) retire(err error) {
 	if t.retired.CompareAndSwap(nil, &err) {
-		t.wmu.Lock()
-		w := t.writer
-		t.wmu.Unlock()
-		if w != nil {
+		for _, w := range t.allWriters() {
 			w.fail(nil, err)
 		}
 	}
+}
+
+// allWriters lists the table's writers in this process, stopped ones
+// included.
+func (t *Table) allWriters() []*shardWriter {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	out := make([]*shardWriter, 0, len(t.writers))
+	for _, s := range sortedKeys(t.writers) {
+		out = append(out, t.writers[s])
+	}
+	return out
 }
 
 // checkLive returns the error of a retired handle (nil while the handle's
@@ -178,15 +194,19 @@ func (t *Table) fresh() *snapshot {
 	return s
 }
 
-func (t *Table) closeWriter(ctx context.Context) error {
+// closeWriters leaves the members (so the others take the partitions at
+// once), then seals and stops every writer of the table in this process.
+func (t *Table) closeWriters(ctx context.Context) error {
+	t.leave(ctx)
 	t.wmu.Lock()
-	w := t.writer
-	t.writer = nil
+	ws := t.writers
+	t.writers = map[string]*shardWriter{}
 	t.wmu.Unlock()
-	if w != nil {
-		return w.close(ctx)
+	var errs []error
+	for _, s := range sortedKeys(ws) {
+		errs = append(errs, ws[s].close(ctx))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Status describes a table for operators.
@@ -194,6 +214,11 @@ type Status struct {
 	Name        string `json:"name"`
 	Incarnation string `json:"incarnation"`
 	Version     uint64 `json:"version"`
+	// Partitions is the ids' hash partition count (0: a table created
+	// before partitions, whose shards are its writers); Owners names each
+	// partition's owner as this process sees the members.
+	Partitions int     `json:"partitions"`
+	Owners     []Owner `json:"owners,omitempty"`
 	// Rows counts every acknowledged row: BaseRows + PendingRows. (An id
 	// two shards' writers wrote at once is counted twice until a merge
 	// keeps one of them and counts it in Duplicates.)
@@ -244,6 +269,12 @@ func (t *Table) status(ctx context.Context) (Status, error) {
 		DataFiles: len(m.Files), Duplicates: m.Duplicates, Watermarks: m.Watermarks, Pending: []PendingGen{}}
 	if st.Watermarks == nil {
 		st.Watermarks = map[string]uint64{}
+	}
+	st.Partitions = t.partitions
+	if t.partitions > 0 {
+		if st.Owners, err = t.Owners(ctx); err != nil {
+			return Status{}, err
+		}
 	}
 	if err := t.backpressure(s, t.db.cfg.Shard); err != nil {
 		st.Backpressure = err.Error()

@@ -52,28 +52,41 @@ type flushReq struct {
 	err  error
 }
 
-// shardWriter returns this process's live writer of the table, starting
-// one (which takes the shard) if there is none or the last one stopped.
-func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
+// writerFor returns this process's live writer of shard, starting one
+// (which takes the shard over) if there is none or the last one stopped.
+// In a partitioned table it starts one only for a partition this process
+// owns (NotOwnerError otherwise); partitions are not leased (ownership is
+// the members' agreement, fencing the head's chain), so a writer restarted
+// under its name takes its partitions back without waiting.
+func (t *Table) writerFor(ctx context.Context, shard string) (*shardWriter, error) {
 	if t.db.cfg.Shard == "" {
 		return nil, ErrNoWriter
 	}
 	if err := t.checkLive(); err != nil {
 		return nil, err
 	}
-	if w := t.liveWriter(); w != nil {
+	if w := t.liveWriter(shard); w != nil {
 		return w, nil
+	}
+	if t.partitions > 0 {
+		o, err := t.owner(ctx, shard, false)
+		if err != nil {
+			return nil, t.noteGone(err)
+		}
+		if !o.Self {
+			return nil, &NotOwnerError{Owner: o}
+		}
 	}
 	if err := t.wlock.Lock(ctx); err != nil {
 		return nil, err
 	}
 	defer t.wlock.Unlock()
-	if w := t.liveWriter(); w != nil {
+	if w := t.liveWriter(shard); w != nil {
 		return w, nil
 	}
 	t.wmu.Lock()
-	old := t.writer
-	t.writer = nil
+	old := t.writers[shard]
+	delete(t.writers, shard)
 	t.wmu.Unlock()
 	if old != nil {
 		// Let the stopped writer finish (release its lease) first.
@@ -83,43 +96,49 @@ func (t *Table) shardWriter(ctx context.Context) (*shardWriter, error) {
 		}
 	}
 	rt := t.db.rt
-	w := &shardWriter{t: t, shard: t.db.cfg.Shard, id: t.db.randomName()[:12],
+	w := &shardWriter{t: t, shard: shard, id: t.db.randomName()[:12],
 		inflight: map[string]*appendReq{}, recent: map[string]*Record{},
 		wake: rt.NewEvent(), done: rt.NewEvent(), last: rt.Now()}
-	o, err := t.db.acquire(ctx, t.keys.ShardLease(w.shard), t.checkDescriptor)
-	if errors.Is(err, objstore.ErrLeased) {
-		// The lease is held, but perhaps by no live writer: a drop under
-		// way tombstones the registry first, and a writer it fenced (of a
-		// handle of this incarnation, here or elsewhere) may hold the
-		// lease a moment longer. Then the table is gone, which is the
-		// answer; an invitation to retry would reach its next incarnation.
-		if _, rerr := t.liveRegistry(ctx); errors.Is(rerr, ErrTableNotFound) {
-			return nil, rerr
+	if t.partitions == 0 {
+		o, err := t.db.acquire(ctx, t.keys.ShardLease(w.shard), t.checkDescriptor)
+		if errors.Is(err, objstore.ErrLeased) {
+			// The lease is held, but perhaps by no live writer: a drop
+			// under way tombstones the registry first, and a writer it
+			// fenced (of a handle of this incarnation, here or elsewhere)
+			// may hold the lease a moment longer. Then the table is gone,
+			// which is the answer; an invitation to retry would reach its
+			// next incarnation.
+			if _, rerr := t.liveRegistry(ctx); errors.Is(rerr, ErrTableNotFound) {
+				return nil, rerr
+			}
+			return nil, fmt.Errorf("%w: %s/%s", ErrShardOwned, t.Name(), w.shard)
 		}
-		return nil, fmt.Errorf("%w: %s/%s", ErrShardOwned, t.Name(), w.shard)
+		if err != nil {
+			return nil, fmt.Errorf("acquiring shard %s: %w", w.shard, err)
+		}
+		w.owner = o
 	}
-	if err != nil {
-		return nil, fmt.Errorf("acquiring shard %s: %w", w.shard, err)
+	if err := t.db.point(ctx, hookBeforeTakeOver); err != nil {
+		return nil, err
 	}
-	w.owner = o
 	if err := w.takeOver(ctx); err != nil {
-		o.release(ctx)
+		w.owner.release(ctx)
 		return nil, t.noteGone(err)
 	}
 	if err := t.checkLive(); err != nil { // dropped while starting
-		o.release(ctx)
+		w.owner.release(ctx)
 		return nil, err
 	}
 	t.wmu.Lock()
-	t.writer = w
+	t.writers[shard] = w
 	t.wmu.Unlock()
 	rt.Go(w.loop)
 	return w, nil
 }
 
-func (t *Table) liveWriter() *shardWriter {
+func (t *Table) liveWriter(shard string) *shardWriter {
 	t.wmu.Lock()
-	w := t.writer
+	w := t.writers[shard]
 	t.wmu.Unlock()
 	if w == nil {
 		return nil
@@ -130,6 +149,17 @@ func (t *Table) liveWriter() *shardWriter {
 		return nil
 	}
 	return w
+}
+
+// runningWriters lists the table's live writers in this process.
+func (t *Table) runningWriters() []*shardWriter {
+	var out []*shardWriter
+	for _, w := range t.allWriters() {
+		if lw := t.liveWriter(w.shard); lw == w {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func (w *shardWriter) open(h head) {
@@ -358,14 +388,18 @@ func (w *shardWriter) rotate(ctx context.Context, next bool) error {
 	return nil
 }
 
-// Flush seals the open generation now, making it mergeable (tests, and the
-// merge endpoint's "merge everything" mode).
+// Flush seals the open generations of this process's writers now, making
+// them mergeable (tests, and the merge endpoint's "merge everything" mode).
 func (t *Table) Flush(ctx context.Context) error {
-	w := t.liveWriter()
-	if w == nil {
-		return nil
+	var errs []error
+	for _, w := range t.runningWriters() {
+		errs = append(errs, w.flush(ctx))
 	}
-	rt := t.db.rt
+	return errors.Join(errs...)
+}
+
+func (w *shardWriter) flush(ctx context.Context) error {
+	rt := w.t.db.rt
 	f := &flushReq{done: rt.NewEvent()}
 	w.mu.Lock()
 	if w.err != nil || w.quit {

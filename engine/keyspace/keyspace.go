@@ -205,6 +205,9 @@ func (l Inc) WALPrefix() string { return l.root + "wal/" }
 // Registry is the key of the shard registry.
 func (l Inc) Registry() string { return l.WALPrefix() + "_registry.json" }
 
+// Members is the key of a partitioned table's directory of writers.
+func (l Inc) Members() string { return l.WALPrefix() + "_members.json" }
+
 // ShardPrefix lists one shard's head and generations.
 func (l Inc) ShardPrefix(shard string) string { return l.WALPrefix() + shard + "/" }
 
@@ -243,7 +246,7 @@ func (l Inc) ParseWAL(key string) (WALKey, bool) {
 	if !ok {
 		return WALKey{}, false
 	}
-	if rest == "_registry.json" {
+	if rest == "_registry.json" || rest == "_members.json" {
 		return WALKey{Registry: true}, true
 	}
 	parts := strings.Split(rest, "/")
