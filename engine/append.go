@@ -184,7 +184,7 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 func (t *Table) commitGroup(ctx context.Context, shard string, items []*Staged, idx []int, out []AppendResult) error {
 	var recs []*Record
 	var given []bool
-	var pos []int     // index in recs of each of idx
+	var pos []int // index in recs of each of idx
 	first := map[string]int{}
 	uploaded := t.db.rt.Now()
 	for _, i := range idx {

@@ -38,8 +38,8 @@ type Table struct {
 	partitions int
 	membership membership
 
-	wlock   *sched.Lock // guards starting and replacing writers (which does I/O)
-	wmu     sync.Mutex  // guards writers
+	wlock   *sched.Lock             // guards starting and replacing writers (which does I/O)
+	wmu     sync.Mutex              // guards writers
 	writers map[string]*shardWriter // by shard
 
 	// mergeLock serialises merges and sweeps within the process; across
