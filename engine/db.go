@@ -25,7 +25,7 @@ type DB struct {
 	cfg   Config
 	// proc names this process among the writers of partitioned tables
 	// (see memberEntry.Proc).
-	proc string
+	proc  string
 	rt    sched.Runtime
 	stats *Stats
 

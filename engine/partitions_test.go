@@ -77,14 +77,30 @@ func forward(ctx context.Context, from, owner *Table, rec Record, payload []byte
 
 func TestIDMapsToOnePartitionStably(t *testing.T) {
 	// The documented hash: FNV-1a 64 of the id's bytes, modulo the count.
-	// These values are part of the format; clients compute them.
+	// These values are part of the format; the Python client's tests hold
+	// the same table.
 	for _, c := range []struct {
 		id   string
 		n    int
 		want int
-	}{{"", 16, 5}, {"a", 16, 12}, {"rollout-000001", 16, 0}, {"rollout-000001", 256, 0}, {"ü", 7, 0}} {
-		if got := PartitionOf(c.id, c.n); got != PartitionOfReference(c.id, c.n) || got < 0 || got >= c.n {
-			t.Errorf("PartitionOf(%q, %d) = %d", c.id, c.n, got)
+	}{
+		{"", 1, 0},
+		{"", 16, 5},
+		{"", 256, 37},
+		{"", 1000, 37},
+		{"a", 16, 12},
+		{"a", 256, 140},
+		{"a", 1000, 996},
+		{"rollout-000001", 16, 2},
+		{"rollout-000001", 256, 66},
+		{"run-1/step-0", 16, 14},
+		{"run-1/step-0", 1000, 126},
+		{"ü-日本", 16, 1},
+		{"ü-日本", 256, 145},
+		{"ü-日本", 1000, 113},
+	} {
+		if got := PartitionOf(c.id, c.n); got != c.want {
+			t.Errorf("PartitionOf(%q, %d) = %d, want %d", c.id, c.n, got, c.want)
 		}
 	}
 	if PartitionName(3) != "p0003" {
@@ -96,16 +112,6 @@ func TestIDMapsToOnePartitionStably(t *testing.T) {
 	if _, ok := partitionIndex("w0"); ok {
 		t.Error("a writer's shard parsed as a partition")
 	}
-}
-
-// PartitionOfReference is FNV-1a written out, as a client would.
-func PartitionOfReference(id string, n int) int {
-	h := uint64(14695981039346656037)
-	for _, b := range []byte(id) {
-		h ^= uint64(b)
-		h *= 1099511628211
-	}
-	return int(h % uint64(n))
 }
 
 func TestRendezvousMovesOnlyTheJoinersPartitions(t *testing.T) {
