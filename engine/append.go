@@ -158,6 +158,16 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 		}
 		groups[s] = append(groups[s], i)
 	}
+	if len(shards) > 1 {
+		// Checked as a whole first, so a conflict with a stored row, or a
+		// partition's merge backlog, refuses the whole batch; only an
+		// append racing it can leave one partition's rows committed and
+		// another's refused.
+		if err := t.Check(ctx, items); err != nil {
+			t.discard(ctx, items)
+			return nil, err
+		}
+	}
 	out := make([]AppendResult, len(items))
 	errs := make([]error, len(shards))
 	_ = sched.Parallel(ctx, t.db.rt, len(shards), 16, func(ctx context.Context, gi int) error {
@@ -176,6 +186,39 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 		return nil, first
 	}
 	return out, nil
+}
+
+// Check answers what committing items would answer for the rows already
+// visible and for the merge backlog, without writing: a conflict with a
+// stored row (a BatchError naming the item) or ErrBackpressure. A process
+// that splits a batch among partition owners checks it whole first.
+func (t *Table) Check(ctx context.Context, items []*Staged) error {
+	recs := make([]*Record, len(items))
+	for i, st := range items {
+		recs[i] = &st.Record
+	}
+	existing, snap, err := t.lookupMany(ctx, recs)
+	if err != nil {
+		return err
+	}
+	for i, st := range items {
+		if existing[i] == nil {
+			continue
+		}
+		if !rowfile.SameContent(existing[i], &st.Record) {
+			return &BatchError{Index: i, Err: fmt.Errorf("%w: %q", ErrConflict, st.Record.ID)}
+		}
+		if st.GivenAt && !existing[i].CreatedAt.Equal(st.Record.CreatedAt) {
+			return &BatchError{Index: i, Err: fmt.Errorf("%w: %q exists with created_at %s, not %s", ErrConflict,
+				st.Record.ID, formatAt(existing[i].CreatedAt), formatAt(st.Record.CreatedAt))}
+		}
+	}
+	for i, st := range items {
+		if err := t.backpressure(snap, t.PartitionOf(st.Record.ID)); err != nil {
+			return &BatchError{Index: i, Err: err}
+		}
+	}
+	return nil
 }
 
 // commitGroup commits the items at idx, all of partition shard, as one
