@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/memory"
+	"github.com/rollstore/rollstore/objstore/metered"
 	"github.com/rollstore/rollstore/objstore/objstoretest"
 )
 
@@ -361,3 +364,78 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 var _ objstore.Bucket = (*memory.Bucket)(nil)
+
+// callCounter counts the store calls made while on is set.
+type callCounter struct {
+	mu    sync.Mutex
+	on    bool
+	calls []string
+}
+
+func (c *callCounter) observe(_ context.Context, call *metered.Call) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.on {
+		c.calls = append(c.calls, string(call.Op)+" "+call.Key)
+	}
+}
+
+func (c *callCounter) during(f func()) []string {
+	c.mu.Lock()
+	c.on, c.calls = true, nil
+	c.mu.Unlock()
+	f()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.on = false
+	return c.calls
+}
+
+// The costs that make partitions worth having, counted in store calls
+// (not timed): an absent id costs one HEAD of its partition's head however
+// many partitions are active, and an owner's append costs its segment and
+// its head swap, its existence check answered from its own view.
+func TestPartitionedCostsDoNotGrowWithPartitions(t *testing.T) {
+	ctx := context.Background()
+	clk := objstoretest.NewClock()
+	var cc callCounter
+	store := metered.Wrap(memory.New(memory.WithClock(clk.Now)), metered.Options{Observe: cc.observe})
+	cfg := partConfig("w0", clk, 64)
+	cfg.ResidentMaxAge = time.Hour // the periodic whole refresh is not what this counts
+	cfg.BaseProbeInterval = time.Hour
+	e := newEnv(t, store, cfg)
+	for i := range 400 { // every partition active
+		e.put(fmt.Sprintf("warm-%d", i), 10)
+	}
+	if n := len(e.tb.runningWriters()); n != 64 {
+		t.Fatalf("%d partitions written, want 64", n)
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("absent-%d", i)
+		calls := cc.during(func() {
+			if _, err := e.tb.Get(ctx, id, ReadOptions{}); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("absent id: %v", err)
+			}
+		})
+		want := []string{"head " + e.tb.keys.Head(e.tb.PartitionOf(id))}
+		if !slices.Equal(calls, want) {
+			t.Fatalf("absent id %s: calls %q, want %q", id, calls, want)
+		}
+	}
+	appends := 0
+	for i := 0; appends < 20; i++ {
+		id := fmt.Sprintf("new-%d", i)
+		p := e.tb.PartitionOf(id)
+		if i < 20 {
+			// First appends after the warm-up: each writer's view catches
+			// up with its head once.
+			e.put(id, 10)
+			continue
+		}
+		appends++
+		calls := cc.during(func() { e.put(id, 10) })
+		if len(calls) != 2 || !strings.HasPrefix(calls[0], "put ") || calls[1] != "put "+e.tb.keys.Head(p) {
+			t.Fatalf("append %s: calls %q, want its segment's put and its head's", id, calls)
+		}
+	}
+}
