@@ -145,7 +145,7 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 		return nil, fmt.Errorf("%w: %d rows exceeds %d", ErrTooLarge, len(items), t.db.cfg.SegmentMaxRows)
 	}
 	for i, st := range items {
-		if err := t.checkStaged(st); err != nil {
+		if err := t.checkStaged(ctx, st); err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
 	}
@@ -302,7 +302,7 @@ func itemsAt(items []*Staged, idx []int) []*Staged {
 // checkStaged validates a staged append before it is committed: it may
 // come from another process, so its payload must be what it claims, and
 // its object one of this incarnation's payloads.
-func (t *Table) checkStaged(st *Staged) error {
+func (t *Table) checkStaged(ctx context.Context, st *Staged) error {
 	rec := &st.Record
 	if err := rec.Validate(); err != nil {
 		return err
@@ -313,6 +313,18 @@ func (t *Table) checkStaged(st *Staged) error {
 		}
 		if rec.Payload != nil {
 			return fmt.Errorf("%w: a payload both inline and an object", ErrInvalid)
+		}
+		// A row must never name a payload that is not there (it was large:
+		// one HEAD is little next to its upload).
+		a, err := t.db.store.Head(ctx, rec.PayloadRef)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("%w: payload object %q does not exist", ErrInvalid, rec.PayloadRef)
+		}
+		if err != nil {
+			return err
+		}
+		if a.Size != rec.PayloadSize {
+			return fmt.Errorf("%w: payload object %q has %d bytes, the record says %d", ErrInvalid, rec.PayloadRef, a.Size, rec.PayloadSize)
 		}
 		return nil
 	}

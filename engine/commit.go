@@ -498,17 +498,30 @@ func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, *sna
 		if s, err = t.refreshed(ctx, ticket, false); err != nil {
 			return nil, nil, err
 		}
+	} else {
+		var parts []string
+		for _, i := range rest {
+			if p := t.PartitionOf(recs[i].ID); snaps[p] == nil {
+				snaps[p] = &snapshot{}
+				parts = append(parts, p)
+			}
+		}
+		got := make([]*snapshot, len(parts))
+		if err := sched.Parallel(ctx, t.db.rt, len(parts), 16, func(ctx context.Context, i int) error {
+			var err error
+			got[i], err = t.refreshedPartition(ctx, parts[i], ticket)
+			return err
+		}); err != nil {
+			return nil, nil, err
+		}
+		for i, p := range parts {
+			snaps[p] = got[i]
+		}
 	}
 	for _, i := range rest {
 		id := recs[i].ID
 		if t.partitions > 0 {
-			p := t.PartitionOf(id)
-			if snaps[p] == nil {
-				if snaps[p], err = t.refreshedPartition(ctx, p, ticket); err != nil {
-					return nil, nil, err
-				}
-			}
-			s = snaps[p]
+			s = snaps[t.PartitionOf(id)]
 		}
 		loc, ok := s.find(id)
 		if !ok {

@@ -439,3 +439,41 @@ func TestPartitionedCostsDoNotGrowWithPartitions(t *testing.T) {
 		}
 	}
 }
+
+// A staged append comes from another process: the owner commits it only
+// if its payload is what it claims (inline bytes matching their size and
+// checksum, or an existing payload object of this table of that size).
+func TestForwardedAppendIsCheckedByTheOwner(t *testing.T) {
+	ctx := context.Background()
+	clk := objstoretest.NewClock()
+	mem := memory.New(memory.WithClock(clk.Now))
+	e := newEnv(t, mem, partConfig("w0", clk, 4))
+	big := bytes.Repeat([]byte("b"), 10<<10) // above the 4 KiB inline limit
+	st, _, err := e.tb.Stage(ctx, Record{ID: "big", RolloutID: "r"}, bytes.NewReader(big), int64(len(big)))
+	if err != nil || st.Record.PayloadRef == "" {
+		t.Fatalf("stage: %+v %v", st, err)
+	}
+	small, _, err := e.tb.Stage(ctx, Record{ID: "small", RolloutID: "r"}, strings.NewReader("abc"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(s *Staged){
+		"missing object":      func(s *Staged) { s.Record.PayloadRef += "x" },
+		"object of elsewhere": func(s *Staged) { s.Record.PayloadRef = "elsewhere/payloads/p0000/x" },
+		"wrong size":          func(s *Staged) { s.Record.PayloadSize++ },
+	} {
+		bad := *st
+		mutate(&bad)
+		if _, err := e.tb.Commit(ctx, []*Staged{&bad}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	bad := *small
+	bad.Record.Payload = []byte("abd")
+	if _, err := e.tb.Commit(ctx, []*Staged{&bad}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("inline bytes not matching their checksum: %v, want ErrInvalid", err)
+	}
+	if _, err := e.tb.Get(ctx, "big", ReadOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused forward left a row: %v", err)
+	}
+}
