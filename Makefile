@@ -15,7 +15,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := github.com/rollstore/rollstore/internal/version
 LDFLAGS  := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 
-.PHONY: all build run test unit lint sim soak sim-mutants bench fixture azurite-install clean
+.PHONY: all build run test unit lint sim soak sim-mutants bench bench-latency fixture azurite-install clean
 
 all: build
 
@@ -83,6 +83,14 @@ unit:
 BENCH_FLAGS ?=
 bench:
 	$(AZURITE) run -- $(GO) run ./cmd/rollbench $(BENCH_FLAGS)
+
+# The scaling tables (lookups against the backlog and the number of writer
+# shards) on objstore/latency's model of Azure Blob Storage instead of
+# Azurite: requests served in parallel, as on Azure. No Azurite; rewrites
+# the "Latency model" section of BENCHMARKS.md (a few minutes).
+# `make bench-latency BENCH_FLAGS=-quick` only prints (< 1 min).
+bench-latency:
+	$(GO) run ./cmd/rollbench -store latency $(BENCH_FLAGS)
 
 # The staging fixture (rollstore fixture) against a fresh Azurite, as an
 # operator runs it against a storage account, sized for Azurite on a small

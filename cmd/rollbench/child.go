@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/azure"
 )
 
@@ -55,7 +56,8 @@ type childMsg struct {
 	ID  string        `json:"id,omitempty"` // acked
 	N   int           `json:"n,omitempty"`
 	Dur time.Duration `json:"dur,omitempty"`
-	// Ops counts the child's objstore calls during the request.
+	// Ops counts the child's objstore calls during the request (during
+	// the job, for a stopped trickle or sustained write).
 	Ops map[string]int64 `json:"ops,omitempty"`
 	// Append latencies and refusals of a trickle or a sustained write.
 	Lat          []time.Duration  `json:"lat,omitempty"`
@@ -81,6 +83,11 @@ type passReport struct {
 }
 
 // ---- The child side. ----
+//
+// With -store latency a child is not a process but goroutines of this one
+// (a memory bucket cannot be shared between processes): the same child,
+// with its own engine.DB over its own counting bucket, driven by direct
+// calls instead of JSON lines (see startChild).
 
 type childOpts struct {
 	role          string
@@ -93,6 +100,29 @@ type childOpts struct {
 }
 
 func childMain(args []string) int {
+	o, err := parseChildFlags(args)
+	if err != nil {
+		return 2
+	}
+	name := o.shard
+	if name == "" {
+		name = o.role
+	}
+	out := json.NewEncoder(os.Stdout)
+	var mu sync.Mutex // serialises writes to out
+	c := &child{o: o, name: name, tally: newTally(), send: func(m childMsg) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = out.Encode(m)
+	}}
+	if err := c.run(); err != nil {
+		fmt.Fprintf(os.Stderr, "rollbench child %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+func parseChildFlags(args []string) (childOpts, error) {
 	o := childOpts{}
 	fs := flag.NewFlagSet("rollbench child", flag.ContinueOnError)
 	fs.StringVar(&o.role, "role", "writer", "writer or merger")
@@ -102,26 +132,17 @@ func childMain(args []string) int {
 	fs.IntVar(&o.segMaxRows, "segment-max-rows", 0, "engine.Config.SegmentMaxRows (0: default)")
 	fs.DurationVar(&o.reclaimGrace, "reclaim-grace", -1, "engine.Config.ReclaimGrace (negative: default)")
 	fs.Int64Var(&o.mergeMaxBytes, "merge-max-bytes", 0, "engine.Config.MergeMaxBytes (0: default)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	name := o.shard
-	if name == "" {
-		name = o.role
-	}
-	c := &child{o: o, out: json.NewEncoder(os.Stdout), name: name, tally: newTally()}
-	if err := c.run(); err != nil {
-		fmt.Fprintf(os.Stderr, "rollbench child %s: %v\n", name, err)
-		return 1
-	}
-	return 0
+	err := fs.Parse(args)
+	return o, err
 }
 
 type child struct {
-	o     childOpts
-	name  string
-	mu    sync.Mutex // serialises writes to out
-	out   *json.Encoder
+	o    childOpts
+	name string
+	// send delivers a reply or an event: a JSON line on stdout in a child
+	// process; in-process, events to the proc's handler (replies are
+	// returned by handle).
+	send  func(childMsg)
 	db    *engine.DB
 	tally *tally
 	rec   *ioRecorder
@@ -130,12 +151,6 @@ type child struct {
 	// stop function, which returns the job's summary.
 	job  func() childMsg
 	gate chan bool // merge loop: true = next pass, false = stop
-}
-
-func (c *child) send(m childMsg) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_ = c.out.Encode(m)
 }
 
 func (c *child) run() error {
@@ -158,8 +173,33 @@ func (c *child) run() error {
 			logf("child: closing the store: %v", err)
 		}
 	}()
+	if err := c.open(az); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bufio.NewReader(os.Stdin))
+	for {
+		var req childReq
+		if err := dec.Decode(&req); err != nil {
+			// The parent went away (EOF) or spoke nonsense: stop cleanly.
+			_ = c.close(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if req.Op == "close" {
+			c.send(replyErr(c.close(ctx)))
+			return nil
+		}
+		c.send(c.handle(ctx, req))
+	}
+}
+
+// open opens the child's engine over store, counted into its tally (and
+// its merge passes recorded, for a merger).
+func (c *child) open(store objstore.Bucket) error {
 	cfg := engine.DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("child", c.name)
 	switch c.o.role {
 	case "writer":
 		cfg.Shard = c.o.shard
@@ -180,33 +220,18 @@ func (c *child) run() error {
 	default:
 		return fmt.Errorf("unknown role %q", c.o.role)
 	}
-	if c.db, err = engine.Open(newCountingBucket(az, c.tally, c.rec), cfg); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bufio.NewReader(os.Stdin))
-	for {
-		var req childReq
-		if err := dec.Decode(&req); err != nil {
-			// The parent went away (EOF) or spoke nonsense: stop cleanly.
-			c.stopJob()
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_ = c.db.Close(cctx)
-			cancel()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if req.Op == "close" {
-			c.stopJob()
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			err := c.db.Close(cctx)
-			cancel()
-			c.send(replyErr(err))
-			return nil
-		}
-		c.send(c.handle(ctx, req))
-	}
+	var err error
+	c.db, err = engine.Open(newCountingBucket(store, c.tally, c.rec), cfg)
+	return err
+}
+
+// close stops the background job and closes the engine (a writer seals
+// and leaves the registry).
+func (c *child) close(ctx context.Context) error {
+	c.stopJob()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return c.db.Close(cctx)
 }
 
 func replyErr(err error) childMsg {
@@ -317,6 +342,7 @@ func (c *child) appendRange(ctx context.Context, req childReq) childMsg {
 // process (read-after-write across processes).
 func (c *child) writeJob(tb *engine.Table, req childReq) func() childMsg {
 	ctx, cancel := context.WithCancel(context.Background())
+	before := c.tally.snap()
 	var (
 		mu    sync.Mutex
 		lat   []time.Duration
@@ -393,7 +419,8 @@ func (c *child) writeJob(tb *engine.Table, req childReq) func() childMsg {
 		wg.Wait()
 		mu.Lock()
 		defer mu.Unlock()
-		return childMsg{N: len(lat), Lat: lat, Backpressure: bp, Errors: nerr, ErrSample: errs, Stats: statsMap(c.db.Stats())}
+		return childMsg{N: len(lat), Lat: lat, Backpressure: bp, Errors: nerr, ErrSample: errs, Stats: statsMap(c.db.Stats()),
+			Ops: c.tally.snap().sub(before).ops}
 	}
 }
 
@@ -473,11 +500,15 @@ func statsMap(s *engine.Stats) map[string]int64 {
 
 // ---- The parent side. ----
 
-// proc is a running child process.
+// proc is a running child process, or with -store latency a child
+// running in this process (local).
 type proc struct {
 	name string
 	cmd  *exec.Cmd
 	in   *json.Encoder
+
+	local   *child
+	stopped bool // local: closed
 
 	call    sync.Mutex // one request at a time
 	replies chan childMsg
@@ -490,8 +521,12 @@ type proc struct {
 }
 
 // startChild starts `rollbench child` with args and waits for nothing: the
-// first request's reply shows it is up.
+// first request's reply shows it is up. With -store latency it starts the
+// same child in this process, over the latency model's bucket.
 func startChild(e *env, name string, args ...string) (*proc, error) {
+	if e.lat != nil {
+		return startLocalChild(e, name, args...)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -525,16 +560,36 @@ func startChild(e *env, name string, args ...string) (*proc, error) {
 				p.replies <- m
 				continue
 			}
-			p.evMu.Lock()
-			fn := p.onEvent
-			p.evMu.Unlock()
-			if fn != nil {
-				fn(m)
-			}
+			p.event(m)
 		}
 	}()
 	e.procs = append(e.procs, p)
 	return p, nil
+}
+
+func startLocalChild(e *env, name string, args ...string) (*proc, error) {
+	o, err := parseChildFlags(args)
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{name: name}
+	c := &child{o: o, name: name, tally: newTally(), send: p.event}
+	if err := c.open(e.lat.Bucket()); err != nil {
+		return nil, err
+	}
+	p.local = c
+	e.procs = append(e.procs, p)
+	return p, nil
+}
+
+// event hands a child's event to the handler set by setOnEvent.
+func (p *proc) event(m childMsg) {
+	p.evMu.Lock()
+	fn := p.onEvent
+	p.evMu.Unlock()
+	if fn != nil {
+		fn(m)
+	}
 }
 
 func (p *proc) setOnEvent(fn func(childMsg)) {
@@ -547,6 +602,22 @@ func (p *proc) setOnEvent(fn func(childMsg)) {
 func (p *proc) do(ctx context.Context, req childReq) (childMsg, error) {
 	p.call.Lock()
 	defer p.call.Unlock()
+	if p.local != nil {
+		if p.stopped {
+			return childMsg{}, fmt.Errorf("%s: %s: the child was closed", p.name, req.Op)
+		}
+		var m childMsg
+		if req.Op == "close" {
+			p.stopped = true
+			m = replyErr(p.local.close(ctx))
+		} else {
+			m = p.local.handle(ctx, req)
+		}
+		if m.Err != "" {
+			return m, fmt.Errorf("%s: %s: %s", p.name, req.Op, m.Err)
+		}
+		return m, nil
+	}
 	if err := p.in.Encode(req); err != nil {
 		return childMsg{}, fmt.Errorf("%s: sending %s: %w (stderr: %s)", p.name, req.Op, err, p.tail.last())
 	}
@@ -566,6 +637,16 @@ func (p *proc) do(ctx context.Context, req childReq) (childMsg, error) {
 // stop closes the child (its DB seals and leaves the registry) and waits
 // for it to exit; one that does not within a minute is killed.
 func (p *proc) stop() error {
+	if p.local != nil {
+		p.call.Lock()
+		stopped := p.stopped
+		p.call.Unlock()
+		if stopped {
+			return nil
+		}
+		_, err := p.do(context.Background(), childReq{Op: "close"})
+		return err
+	}
 	if p.cmd.ProcessState != nil {
 		return nil
 	}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +27,8 @@ import (
 	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/azure"
+	"github.com/rollstore/rollstore/objstore/latency"
+	"github.com/rollstore/rollstore/objstore/memory"
 )
 
 // EnvConnectionString is set by ./test/azurite/azurite.sh run.
@@ -33,7 +37,8 @@ const EnvConnectionString = "ROLLSTORE_AZURITE_CONNECTION_STRING"
 // env is everything the phases share: the rollstore side (an objstore over
 // azure.Bucket, counted) and the raw-SDK side, each in its own fresh
 // container of the same Azurite, each with its own connection pool built by
-// the same function.
+// the same function. With -store latency, both sides are one memory bucket
+// behind one latency model instead (setupLatency), and there is no SDK.
 type env struct {
 	opts *options
 
@@ -43,9 +48,18 @@ type env struct {
 	store objstore.Bucket // what every engine.Open of the bench gets
 	rs    *tally          // every rollstore request (objstore and HTTP level)
 
-	raw          *azblob.Client
+	raw          *azblob.Client // nil with -store latency
 	rawContainer string
-	rawT         *tally // every raw-SDK request (HTTP level)
+	rawT         *tally // every raw-side request (HTTP level; objstore level with -store latency)
+
+	// base is the raw side of the reads: the raw GET and HEAD every
+	// lookup is compared with.
+	base baseline
+
+	// lat is the latency model with -store latency (nil on Azurite); its
+	// bucket is what every engine of the run, the writers included, and
+	// the raw side reach.
+	lat *latency.Model
 
 	rsContainer string
 
@@ -100,6 +114,9 @@ func newHTTPClient(maxConns int, all *tally) *http.Client {
 }
 
 func setup(ctx context.Context, o *options) (*env, error) {
+	if o.store == storeLatency {
+		return setupLatency(o)
+	}
 	cs := os.Getenv(EnvConnectionString)
 	if cs == "" {
 		return nil, fmt.Errorf("%s is not set: run under the Azurite harness, e.g. ./test/azurite/azurite.sh run -- go run ./cmd/rollbench", EnvConnectionString)
@@ -139,6 +156,23 @@ func setup(ctx context.Context, o *options) (*env, error) {
 	if _, err := e.raw.CreateContainer(ctx, e.rawContainer, nil); err != nil {
 		return nil, fmt.Errorf("raw SDK: creating container %s: %w", e.rawContainer, err)
 	}
+	e.base = azureBaseline{e}
+	return e, nil
+}
+
+// setupLatency is the env of -store latency: one memory bucket behind one
+// latency model. The engines reach it through their counting buckets, the
+// raw side directly (counted by a counting bucket of its own), so both
+// sides pay the same model in the same run. Writers run in this process
+// (see startChild): a memory bucket cannot be shared between processes.
+func setupLatency(o *options) (*env, error) {
+	m, err := latency.New(memory.New(), o.lat)
+	if err != nil {
+		return nil, err
+	}
+	e := &env{opts: o, endpoint: "objstore/memory behind objstore/latency", rs: newTally(), rawT: newTally(), lat: m}
+	e.store = newCountingBucket(m.Bucket(), e.rs, nil)
+	e.base = storeBaseline{b: newCountingBucket(m.Bucket(), e.rawT, nil)}
 	return e, nil
 }
 
@@ -148,6 +182,9 @@ func (e *env) cleanup(ctx context.Context) error {
 	var errs []error
 	if err := stopAll(e.procs); err != nil {
 		errs = append(errs, err)
+	}
+	if e.raw == nil {
+		return errors.Join(errs...)
 	}
 	for _, c := range []string{e.rsContainer, e.rawContainer} {
 		if _, err := e.raw.DeleteContainer(ctx, c, nil); err != nil {
@@ -190,4 +227,74 @@ func blobEndpoint(cs string) string {
 		}
 	}
 	return "(connection string without BlobEndpoint)"
+}
+
+// baseline is the raw side of the reads: the same bytes fetched with no
+// engine in between, what every lookup's latency is divided by.
+type baseline interface {
+	// upload stores the raw blob name.
+	upload(ctx context.Context, name string, data []byte) error
+	// open opens the whole raw blob name, returning once its response
+	// headers are in.
+	open(ctx context.Context, name string) (io.ReadCloser, error)
+	// openSpan opens a range of an object the engine wrote.
+	openSpan(ctx context.Context, sp span) (io.ReadCloser, error)
+	// head fetches the properties of the raw blob name.
+	head(ctx context.Context, name string) error
+}
+
+// azureBaseline is the raw Azure SDK: raw blobs in the raw container,
+// spans read from the rollstore container.
+type azureBaseline struct{ e *env }
+
+func (a azureBaseline) upload(ctx context.Context, name string, data []byte) error {
+	_, err := a.e.raw.UploadBuffer(ctx, a.e.rawContainer, name, data, nil)
+	return err
+}
+
+func (a azureBaseline) open(ctx context.Context, name string) (io.ReadCloser, error) {
+	resp, err := a.e.raw.DownloadStream(ctx, a.e.rawContainer, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+func (a azureBaseline) openSpan(ctx context.Context, sp span) (io.ReadCloser, error) {
+	resp, err := a.e.raw.DownloadStream(ctx, a.e.rsContainer, sp.key, &azblob.DownloadStreamOptions{Range: azblob.HTTPRange{Offset: sp.off, Count: sp.n}})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+func (a azureBaseline) head(ctx context.Context, name string) error {
+	_, err := a.e.raw.ServiceClient().NewContainerClient(a.e.rawContainer).NewBlobClient(name).GetProperties(ctx, nil)
+	return err
+}
+
+// storeBaseline is plain objstore calls on the store the engines use (the
+// latency model's bucket): raw blobs under rawPrefix, which no table's
+// keys start with (a table name cannot begin with a dot).
+type storeBaseline struct{ b objstore.Bucket }
+
+const rawPrefix = ".raw/"
+
+func (s storeBaseline) upload(ctx context.Context, name string, data []byte) error {
+	_, err := s.b.Put(ctx, rawPrefix+name, bytes.NewReader(data), objstore.PutOptions{Size: int64(len(data))})
+	return err
+}
+
+func (s storeBaseline) open(ctx context.Context, name string) (io.ReadCloser, error) {
+	rc, _, err := s.b.Get(ctx, rawPrefix+name)
+	return rc, err
+}
+
+func (s storeBaseline) openSpan(ctx context.Context, sp span) (io.ReadCloser, error) {
+	return s.b.GetRange(ctx, sp.key, sp.off, sp.n)
+}
+
+func (s storeBaseline) head(ctx context.Context, name string) error {
+	_, err := s.b.Head(ctx, rawPrefix+name)
+	return err
 }

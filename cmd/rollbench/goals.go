@@ -56,6 +56,16 @@ func fx(v float64) string {
 	return fmt.Sprintf("%.2f×", v)
 }
 
+// scalingOf is the scaling table named name, nil if it was not measured.
+func (r *report) scalingOf(name string) *scaling {
+	for _, sc := range r.scalings {
+		if sc.name == name {
+			return sc
+		}
+	}
+	return nil
+}
+
 // scaleRows returns sc's rows with writers idle (active false) or active.
 func scaleRows(sc *scaling, active bool) []*scaleRow {
 	if sc == nil {
@@ -139,17 +149,13 @@ func (r *report) lookupGoal(goal, target string, k string, q, bound float64, act
 		parts = append(parts, "quiet "+fx(v))
 		ok, any = ok && v <= bound, true
 	}
-	for _, sc := range []*scaling{r.backlog, r.shards} {
+	for _, sc := range r.scalings {
 		rows := scaleRows(sc, active)
 		if len(rows) == 0 {
 			continue
 		}
 		_, hi, text := spread(rows, k, q)
-		unit := "pending segments"
-		if sc.name == "shards" {
-			unit = "shards"
-		}
-		parts = append(parts, fmt.Sprintf("%s %s", levelsText(rows, unit), text))
+		parts = append(parts, fmt.Sprintf("%s %s", levelsText(rows, sc.spec.short), text))
 		ok, any = ok && hi <= bound, true
 	}
 	if any {
@@ -162,11 +168,10 @@ func (r *report) lookupGoal(goal, target string, k string, q, bound float64, act
 	return g
 }
 
-func (r *report) flatGoal(sc *scaling, name string, active bool) goalRow {
-	unit, what := "pending segments", "the backlog"
-	if name == "shards" {
-		unit, what = "shards", "the number of writer shards"
-	}
+// flatGoal is the flatness goal of spec's table, sc (nil when the table
+// was not measured).
+func (r *report) flatGoal(spec *scaleSpec, sc *scaling, active bool) goalRow {
+	unit, what := spec.short, spec.what
 	state := "writers idle"
 	if active {
 		state = "writers active"
@@ -237,13 +242,17 @@ func (r *report) goals() []goalRow {
 		}
 	}
 	out = append(out, hot)
-	out = append(out, r.flatGoal(r.backlog, "backlog", false), r.flatGoal(r.shards, "shards", false))
+	for _, spec := range scaleSpecs(r.o) {
+		out = append(out, r.flatGoal(spec, r.scalingOf(spec.name), false))
+	}
 	// The same with writers active.
 	act := []goalRow{
 		r.lookupGoal("absent id, p50 (writers active)", "≤ 1.5×", kAbsent, 0.5, 1.5, true),
 		r.lookupGoal("absent id, p99 (writers active)", "≤ 2.5×", kAbsent, 0.99, 2.5, true),
 		r.lookupGoal("WAL hit, p50 (writers active)", "≤ 2×", kWAL, 0.5, 2, true),
-		r.flatGoal(r.backlog, "backlog", true), r.flatGoal(r.shards, "shards", true),
+	}
+	for _, spec := range scaleSpecs(r.o) {
+		act = append(act, r.flatGoal(spec, r.scalingOf(spec.name), true))
 	}
 	for _, g := range act {
 		if g.met >= 0 {

@@ -85,10 +85,8 @@ func (r *report) interpret() []string {
 	if r.quiet != nil && r.load != nil {
 		r.interpretReads(add)
 	}
-	for _, sc := range []*scaling{r.backlog, r.shards} {
-		if sc != nil {
-			r.interpretScaling(add, sc)
-		}
+	for _, sc := range r.scalings {
+		r.interpretScaling(add, sc)
 	}
 	if r.sustain != nil {
 		r.interpretSustain(add)

@@ -14,11 +14,7 @@ func (r *report) interpretScaling(add func(string, ...any), sc *scaling) {
 	if len(idle) == 0 {
 		return
 	}
-	unit := "pending segments"
-	what := "Backlog"
-	if sc.name == "shards" {
-		unit, what = "writer shards", "Shards"
-	}
+	unit, what := sc.spec.unit, sc.spec.label
 	first, last := idle[0], idle[len(idle)-1]
 	same := func(rows []*scaleRow, k string) bool {
 		ref := rows[0].phase.tallies[k].snap().ops
@@ -45,10 +41,13 @@ func (r *report) interpretScaling(add func(string, ...any), sc *scaling) {
 	if len(active) > 0 {
 		a := active[len(active)-1]
 		heads := float64(a.phase.tallies[kAbsent].snap().ops["Head head"]) / float64(max(1, len(a.phase.series[kAbsent].total)))
+		served := "issued in parallel but served one after another by Azurite's single thread"
+		if r.e != nil && r.e.lat != nil {
+			served = "issued in parallel and served in parallel by the model, so the lookup waits for the slowest of them"
+		}
 		add("**%s, writers active** (%d writer(s) appending one row per %v each): at %s %s an absent lookup made %s — %.1f shard-head "+
-			"HEADs per lookup, issued in parallel but served one after another by Azurite's single thread — and took %s of the raw GET at "+
-			"p50 (%s with the writers idle).", what, a.shards, r.o.activeInterval, a.label, unit, desc(a, kAbsent), heads,
-			fx(ratioOf(a.phase, kAbsent, 0.5)), fx(ratioOf(idleOf(idle, a.label).phase, kAbsent, 0.5)))
+			"HEADs per lookup, %s — and took %s of the raw GET at p50 (%s with the writers idle).", what, a.shards, r.o.activeInterval,
+			a.label, unit, desc(a, kAbsent), heads, served, fx(ratioOf(a.phase, kAbsent, 0.5)), fx(ratioOf(idleOf(idle, a.label).phase, kAbsent, 0.5)))
 		var fresh []string
 		for _, row := range active {
 			if n := len(row.phase.series[kFresh].total); n > 0 {
@@ -57,8 +56,11 @@ func (r *report) interpretScaling(add func(string, ...any), sc *scaling) {
 			}
 		}
 		if len(fresh) > 0 {
-			add("Rows acknowledged by a writer process and read at once by this one (read-after-write across processes), per level: %s. "+
-				"None was missing: a missing one fails the run.", strings.Join(fresh, "; "))
+			who := "by a writer process and read at once by this one (read-after-write across processes)"
+			if r.e != nil && r.e.lat != nil {
+				who = "by a writer's engine and read at once by the reader's (read-after-write across engines)"
+			}
+			add("Rows acknowledged %s, per level: %s. None was missing: a missing one fails the run.", who, strings.Join(fresh, "; "))
 		}
 	}
 	// The writers' own cost per append while building.

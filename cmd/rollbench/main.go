@@ -37,6 +37,16 @@
 // Azurite is one Node.js thread on loopback: its numbers are not Azure's.
 // Only the ratios against the raw-SDK baseline measured in the same run
 // carry beyond this machine.
+//
+// Azurite also serves one request at a time, so it cannot show what
+// requests issued in parallel cost on Azure. -store latency runs the
+// scaling tables of 5 on objstore/memory behind objstore/latency's model
+// of Azure Blob Storage instead (requests wait latencies drawn per
+// operation, in parallel), the raw baseline through the same model, the
+// writers in this process (make bench-latency; a few minutes, no Azurite):
+//
+//	go run ./cmd/rollbench -store latency            # rewrites its section of BENCHMARKS.md
+//	go run ./cmd/rollbench -store latency -quick     # prints only
 package main
 
 import (
@@ -53,6 +63,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/objstore/latency"
 )
 
 type options struct {
@@ -94,6 +105,11 @@ type options struct {
 
 	phases map[string]bool
 
+	// The store: "azurite" (the default) or "latency" (objstore/memory
+	// behind objstore/latency's model, the writers in this process).
+	store string
+	lat   latency.Config
+
 	out  string
 	keep bool
 	seed uint64
@@ -103,6 +119,17 @@ type options struct {
 
 // allPhases are the report's phases in order; -phases selects some.
 var allPhases = []string{"appends", "memory", "reads", "backlog", "shards", "merge"}
+
+// latencyPhases are the phases -store latency runs: the others compare
+// against the Azure SDK itself (uploads, memory, merge replays), or are
+// about Azurite.
+var latencyPhases = []string{"backlog", "shards"}
+
+// The stores.
+const (
+	storeAzurite = "azurite"
+	storeLatency = "latency"
+)
 
 type intList []int
 
@@ -173,6 +200,18 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", `write the report here ("" to only print it)`)
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench containers instead of deleting them")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the read-id choice")
+	fs.StringVar(&o.store, "store", storeAzurite, "the store: azurite (ROLLSTORE_AZURITE_CONNECTION_STRING; raw side the Azure SDK), or latency "+
+		"(objstore/memory behind objstore/latency's model of Azure Blob Storage, raw side the same model; phases "+strings.Join(latencyPhases, ",")+")")
+	tier := fs.String("latency-tier", "standard", "-store latency: the model's preset, standard or premium (latency.StandardConfig, PremiumConfig); the -latency-* flags below override it")
+	latFlags := latency.StandardConfig()
+	for _, op := range latency.Ops {
+		d := latFlags.For(op)
+		name := "latency-" + strings.ReplaceAll(string(op), "_", "-")
+		fs.DurationVar(&d.P50, name+"-p50", d.P50, fmt.Sprintf("-store latency: median latency of a %s request (standard tier's shown)", op))
+		fs.DurationVar(&d.P99, name+"-p99", d.P99, fmt.Sprintf("-store latency: 99th-percentile latency of a %s request", op))
+	}
+	bwMiB := fs.Float64("latency-bandwidth", latFlags.Bandwidth/(1<<20), "-store latency: MiB/s of one body's transfer (0: instant)")
+	fs.Uint64Var(&latFlags.Seed, "latency-seed", latFlags.Seed, "-store latency: seed of the model's draws")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -181,12 +220,68 @@ func parseFlags(args []string) (*options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.quick {
-		def := func(name string, apply func()) {
-			if !set[name] {
-				apply()
+	def := func(name string, apply func()) {
+		if !set[name] {
+			apply()
+		}
+	}
+	phaseList := allPhases
+	switch o.store {
+	case storeAzurite:
+	case storeLatency:
+		phaseList = latencyPhases
+		switch *tier {
+		case "standard":
+			o.lat = latency.StandardConfig()
+		case "premium":
+			o.lat = latency.PremiumConfig()
+		default:
+			return nil, fmt.Errorf("-latency-tier %q: want standard or premium", *tier)
+		}
+		for _, op := range latency.Ops {
+			name := "latency-" + strings.ReplaceAll(string(op), "_", "-")
+			if set[name+"-p50"] {
+				o.lat.For(op).P50 = latFlags.For(op).P50
+			}
+			if set[name+"-p99"] {
+				o.lat.For(op).P99 = latFlags.For(op).P99
 			}
 		}
+		if set["latency-bandwidth"] {
+			o.lat.Bandwidth = *bwMiB * (1 << 20)
+		}
+		o.lat.Seed = latFlags.Seed
+		if err := o.lat.Validate(); err != nil {
+			return nil, err
+		}
+		// Sized for a two-core machine: the writers run in this process
+		// (each an engine.DB of its own), and a full run takes a few
+		// minutes. More writers (-shards 1,4,16,64) work, but 64 active
+		// writers in this process saturate two cores: the report's
+		// "machine" column then shows the CPU's share.
+		def("phases", func() { *phases = strings.Join(latencyPhases, ",") })
+		def("backlog", func() { o.backlog = intList{10, 100, 1000} })
+		def("shard-segments", func() { o.shardSegments = 256 })
+		def("scale-samples", func() { o.scaleSamples = 200 })
+		def("scale-spread", func() { o.activeFor = 5 * time.Second })
+		def("scale-base-rows", func() { o.scaleBaseRows = 50 })
+		def("base-rows", func() { o.baseRows = 50 })
+		def("wal-rows", func() { o.walRows = 10 })
+		if o.quick {
+			def("backlog", func() { o.backlog = intList{10, 50} })
+			def("shards", func() { o.shardCounts = intList{1, 4} })
+			def("shard-segments", func() { o.shardSegments = 32 })
+			def("scale-samples", func() { o.scaleSamples = 30 })
+			def("scale-spread", func() { o.activeFor = time.Second })
+			def("scale-base-rows", func() { o.scaleBaseRows = 10 })
+			def("base-rows", func() { o.baseRows = 10 })
+			def("wal-rows", func() { o.walRows = 5 })
+			def("out", func() { o.out = "" })
+		}
+	default:
+		return nil, fmt.Errorf("-store %q: want %s or %s", o.store, storeAzurite, storeLatency)
+	}
+	if o.quick && o.store == storeAzurite {
 		def("small-rows", func() { o.smallRows = 200 })
 		def("medium-rows", func() { o.mediumRows = 120 })
 		def("large-size", func() { o.largeSize = 16 << 20 })
@@ -215,9 +310,12 @@ func parseFlags(args []string) (*options, error) {
 		if !slices.Contains(allPhases, ph) {
 			return nil, fmt.Errorf("-phases: unknown phase %q (want some of %s)", ph, strings.Join(allPhases, ","))
 		}
+		if !slices.Contains(phaseList, ph) {
+			return nil, fmt.Errorf("-phases: phase %q needs Azurite (-store %s runs %s)", ph, o.store, strings.Join(phaseList, ","))
+		}
 		o.phases[ph] = true
 	}
-	if len(o.phases) < len(allPhases) && !set["out"] {
+	if len(o.phases) < len(phaseList) && !set["out"] {
 		o.out = ""
 	}
 	switch {
@@ -266,15 +364,24 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o *options) (err error) {
-	rep := &report{o: o, started: time.Now().UTC(), load0: loadavg()}
-	e, err := setup(ctx, o)
+func run(ctx context.Context, o *options) error {
+	rep, err := measure(ctx, o)
 	if err != nil {
 		return err
 	}
+	return rep.output()
+}
+
+// measure runs the phases o selects and returns their report.
+func measure(ctx context.Context, o *options) (*report, error) {
+	rep := &report{o: o, started: time.Now().UTC(), load0: loadavg()}
+	e, err := setup(ctx, o)
+	if err != nil {
+		return nil, err
+	}
 	rep.e = e
 	defer func() {
-		if o.keep {
+		if o.keep && e.raw != nil {
 			logf("kept containers %s and %s", e.rsContainer, e.rawContainer)
 			return
 		}
@@ -282,12 +389,16 @@ func run(ctx context.Context, o *options) (err error) {
 			logf("cleanup: %v", cerr)
 		}
 	}()
-	logf("rollstore container %s, raw container %s on %s", e.rsContainer, e.rawContainer, e.endpoint)
+	if e.lat != nil {
+		logf("store: %s; writers run in this process", e.endpoint)
+	} else {
+		logf("rollstore container %s, raw container %s on %s", e.rsContainer, e.rawContainer, e.endpoint)
+	}
 
 	// The writer-and-merger process.
 	wdb, err := engine.Open(e.store, writerConfig())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer wdb.Close(context.WithoutCancel(ctx))
 
@@ -304,7 +415,7 @@ func run(ctx context.Context, o *options) (err error) {
 		} {
 			res, err := benchAppends(ctx, e, wdb, a.label, a.size, a.rows, a.conc)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			rep.appends = append(rep.appends, res)
 		}
@@ -313,7 +424,7 @@ func run(ctx context.Context, o *options) (err error) {
 	// 2. Peak memory of one large append.
 	if o.phases["memory"] {
 		if rep.memory, err = benchMemory(ctx, e, wdb, o.hugeSize); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
@@ -321,12 +432,14 @@ func run(ctx context.Context, o *options) (err error) {
 	// every later phase's baseline reads.
 	r, err := setupReads(ctx, e, wdb)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// From here on a raw GET every -probe-every shows Azurite's own pauses,
-	// phase by phase.
-	r.startProber(ctx)
-	defer r.prober.stop()
+	// phase by phase (the latency model has none to show).
+	if e.lat == nil {
+		r.startProber(ctx)
+		defer r.prober.stop()
+	}
 	if o.phases["reads"] {
 		r.prober.mark("3. quiet reads")
 		rep.quiet = quietReads(ctx, r, o.samples)
@@ -340,16 +453,17 @@ func run(ctx context.Context, o *options) (err error) {
 	}
 
 	// 5. Lookups against the backlog and the number of writer shards.
-	if o.phases["backlog"] && ctx.Err() == nil {
-		r.prober.mark("7. backlog scaling")
-		if rep.backlog, err = backlogScaling(ctx, r); err != nil {
-			e.problem("backlog scaling: " + err.Error())
+	for _, spec := range scaleSpecs(o) {
+		if !o.phases[spec.name] || ctx.Err() != nil {
+			continue
 		}
-	}
-	if o.phases["shards"] && ctx.Err() == nil {
-		r.prober.mark("8. shard scaling")
-		if rep.shards, err = shardScaling(ctx, r); err != nil {
-			e.problem("shard scaling: " + err.Error())
+		r.prober.mark(fmt.Sprintf("%d. %s scaling", spec.num, strings.TrimSuffix(spec.name, "s")))
+		sc, err := runScaling(ctx, r, spec)
+		if sc != nil {
+			rep.scalings = append(rep.scalings, sc)
+		}
+		if err != nil {
+			e.problem(strings.TrimSuffix(spec.name, "s") + " scaling: " + err.Error())
 		}
 	}
 
@@ -361,7 +475,7 @@ func run(ctx context.Context, o *options) (err error) {
 		}
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	rep.problems = append(rep.problems, e.problems...)
 	rep.warnings = append(rep.warnings, e.warnings...)
@@ -369,18 +483,29 @@ func run(ctx context.Context, o *options) (err error) {
 		rep.problems = append(rep.problems, ph.verify()...)
 	}
 	rep.dur = time.Since(rep.started)
-	rep.probes = r.prober.perPhase(time.Since(r.prober.start))
+	if r.prober != nil {
+		rep.probes = r.prober.perPhase(time.Since(r.prober.start))
+	}
 	rep.load1 = loadavg()
+	return rep, nil
+}
 
-	// A failed run still writes its report: the measurements stand, and the
-	// FAILED section at the top says what broke. The exit status fails make.
+// output prints the report and writes it to -out. A failed run still
+// writes its report: the measurements stand, and the FAILED section at the
+// top says what broke; the error it returns fails make.
+func (rep *report) output() error {
+	o := rep.o
+	if rep.e.lat != nil {
+		return rep.outputLatency()
+	}
 	md := rep.markdown()
 	fmt.Print(md)
 	if o.out != "" {
-		// Sections other tools own (the staging fixture's) are kept.
+		// Sections other runs own (the staging fixture's, the latency
+		// model's), at the end of the file, are kept.
 		if old, err := os.ReadFile(o.out); err == nil {
-			if i := strings.Index(string(old), "\n## Staging fixture on Azurite"); i >= 0 {
-				md = strings.TrimRight(md, "\n") + "\n" + string(old[i:])
+			if tail := keptTail(string(old)); tail != "" {
+				md = strings.TrimRight(md, "\n") + "\n" + tail
 			}
 		}
 		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {

@@ -53,10 +53,10 @@ func (r *reads) startProber(ctx context.Context) {
 			id := r.raw[i%len(r.raw)]
 			pctx, cancel := context.WithTimeout(ctx, time.Minute)
 			t0 := time.Now()
-			resp, err := r.e.raw.DownloadStream(pctx, r.e.rawContainer, r.table+"/"+id, nil)
+			rc, err := r.e.base.open(pctx, r.table+"/"+id)
 			if err == nil {
-				_, err = io.CopyBuffer(io.Discard, resp.Body, buf)
-				resp.Body.Close()
+				_, err = io.CopyBuffer(io.Discard, rc, buf)
+				rc.Close()
 			}
 			cancel()
 			pr.mu.Lock()

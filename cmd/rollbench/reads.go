@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
-
 	"github.com/rollstore/rollstore/engine"
 )
 
@@ -28,6 +26,7 @@ const (
 	kFresh   = "fresh"
 	kAbsent  = "absent"
 	kRaw     = "raw"
+	kRawHead = "rawhead"
 	kRawSpan = "rawspan"
 )
 
@@ -41,6 +40,7 @@ var kindNames = map[string]string{
 	kFresh:   "just acknowledged elsewhere",
 	kAbsent:  "absent id",
 	kRaw:     "raw SDK GET (baseline)",
+	kRawHead: "raw SDK HEAD",
 	kRawSpan: "raw SDK ranged GET, same span",
 }
 
@@ -58,6 +58,8 @@ var kindNotes = map[string]string{
 		"see it (read-after-write across processes); the reader learns of its segment by probing the shard's head",
 	kAbsent: "an id never written",
 	kRaw:    "azblob DownloadStream of a 53,248-byte blob, read to EOF",
+	kRawHead: "azblob GetProperties of the same blobs: one HEAD, the request an absent-id lookup makes " +
+		"(of the table's registry, and of each active shard's head)",
 	kRawSpan: "not a goal's baseline, a diagnosis: azblob DownloadStream with the Range a base hit's payload read asks for " +
 		"(the same span of the same data file), so the difference between a base hit and the raw GET splits into what the " +
 		"engine adds and what a ranged read inside a large multi-block blob costs Azurite",
@@ -245,8 +247,7 @@ func setupReads(ctx context.Context, e *env, wdb *engine.DB) (*reads, error) {
 		return nil, err
 	}
 	if _, err := runPool(ctx, len(r.raw), 16, func(ctx context.Context, i int) error {
-		_, err := e.raw.UploadBuffer(ctx, e.rawContainer, r.table+"/"+r.raw[i], payload(r.raw[i], r.size), nil)
-		return err
+		return e.base.upload(ctx, r.table+"/"+r.raw[i], payload(r.raw[i], r.size))
 	}); err != nil {
 		return nil, fmt.Errorf("raw upload: %w", err)
 	}
@@ -319,31 +320,38 @@ func (r *reads) engineRead(ctx context.Context, tb *engine.Table, id string) (fi
 }
 
 func (r *reads) rawRead(ctx context.Context, id string) (first, total time.Duration, err error) {
-	return r.rawDownload(ctx, id, r.e.rawContainer, r.table+"/"+id, nil)
+	return r.rawDownload(id, func() (io.ReadCloser, error) { return r.e.base.open(ctx, r.table+"/"+id) })
 }
 
 // rawSpanRead reads the span of the store where id's payload is, with the
-// raw SDK from the rollstore container.
+// raw side (the raw SDK from the rollstore container, on Azurite).
 func (r *reads) rawSpanRead(ctx context.Context, id string) (first, total time.Duration, err error) {
 	sp, ok := r.spans[id]
 	if !ok || sp.key == "" {
 		return 0, 0, fmt.Errorf("no span recorded for %s", id)
 	}
-	return r.rawDownload(ctx, id, r.e.rsContainer, sp.key, &azblob.DownloadStreamOptions{Range: azblob.HTTPRange{Offset: sp.off, Count: sp.n}})
+	return r.rawDownload(id, func() (io.ReadCloser, error) { return r.e.base.openSpan(ctx, sp) })
 }
 
-// rawDownload times one raw SDK download of id's payload bytes: to the
-// response headers, and to the last byte.
-func (r *reads) rawDownload(ctx context.Context, id, container, key string, opts *azblob.DownloadStreamOptions) (first, total time.Duration, err error) {
+// rawHead is one raw HEAD of id's raw blob: the time to its answer.
+func (r *reads) rawHead(ctx context.Context, id string) (time.Duration, error) {
 	start := time.Now()
-	resp, err := r.e.raw.DownloadStream(ctx, container, key, opts)
+	err := r.e.base.head(ctx, r.table+"/"+id)
+	return time.Since(start), err
+}
+
+// rawDownload times one raw download of id's payload bytes: to the
+// response headers (open returned), and to the last byte.
+func (r *reads) rawDownload(id string, open func() (io.ReadCloser, error)) (first, total time.Duration, err error) {
+	start := time.Now()
+	rc, err := open()
 	if err != nil {
 		return 0, time.Since(start), err
 	}
 	first = time.Since(start)
-	n, err := io.ReadFull(resp.Body, r.buf)
+	n, err := io.ReadFull(rc, r.buf)
 	total = time.Since(start)
-	resp.Body.Close()
+	rc.Close()
 	return first, total, r.check(id, n, err)
 }
 
@@ -373,6 +381,9 @@ func (r *reads) absentRead(ctx context.Context, tb *engine.Table, id string) (ti
 	}
 	return d, nil
 }
+
+// isRaw reports whether kind k is of the raw side (no engine involved).
+func isRaw(k string) bool { return k == kRaw || k == kRawHead || k == kRawSpan }
 
 func (r *reads) pick(ids []string) string { return ids[r.rng.IntN(len(ids))] }
 
@@ -429,11 +440,14 @@ func (r *reads) sampleOn(plain context.Context, p *readPhase, k string, t *targe
 	case kRaw:
 		id = r.pick(r.raw)
 		first, total, err = r.rawRead(ctx, id)
+	case kRawHead:
+		id = r.pick(r.raw)
+		total, err = r.rawHead(ctx, id)
 	case kRawSpan:
 		id = r.pick(r.base)
 		first, total, err = r.rawSpanRead(ctx, id)
 	}
-	if k != kRaw && k != kRawSpan {
+	if !isRaw(k) {
 		p.stats[k] = p.stats[k].add(readCounters(db.Stats()).sub(before))
 	}
 	if err != nil {

@@ -21,8 +21,7 @@ type report struct {
 	appends      []appendResult
 	memory       []memResult
 	quiet, load  *readPhase
-	backlog      *scaling
-	shards       *scaling
+	scalings     []*scaling // in the order of scaleSpecs
 	sustain      *sustainResult
 	probes       []phaseStats // the prober's, per phase
 	problems     []string
@@ -37,10 +36,7 @@ func (r *report) phases() []*readPhase {
 			out = append(out, ph)
 		}
 	}
-	for _, sc := range []*scaling{r.backlog, r.shards} {
-		if sc == nil {
-			continue
-		}
+	for _, sc := range r.scalings {
 		for _, row := range sc.rows {
 			if row.phase != nil {
 				out = append(out, row.phase)
@@ -188,10 +184,8 @@ func (r *report) markdown() string {
 	if r.quiet != nil && r.load != nil {
 		r.readsSection(&b)
 	}
-	for i, sc := range []*scaling{r.backlog, r.shards} {
-		if sc != nil {
-			r.scalingSection(&b, 7+i, sc)
-		}
+	for _, sc := range r.scalings {
+		r.scalingSection(&b, "##", fmt.Sprintf("%d.", sc.spec.num), sc)
 	}
 	if r.sustain != nil {
 		r.sustainSection(&b)
@@ -290,7 +284,7 @@ func (r *report) readsSection(b *strings.Builder) {
 	r.readTable(b, r.load)
 
 	p("\n### What each read kind does\n\n")
-	for _, k := range []string{kHot, kWarm, kCold, kWAL, kColdWAL, kRecent, kFresh, kNewest, kEarlier, kAbsent, kRaw, kRawSpan} {
+	for _, k := range []string{kHot, kWarm, kCold, kWAL, kColdWAL, kRecent, kFresh, kNewest, kEarlier, kAbsent, kRaw, kRawHead, kRawSpan} {
 		p("- **%s**: %s.\n", kindNames[k], kindNotes[k])
 	}
 
@@ -305,7 +299,7 @@ func (r *report) readsSection(b *strings.Builder) {
 			n := len(ph.series[k].total)
 			t := ph.tallies[k].snap()
 			ops := perUnit(t.ops, n)
-			if k == kRaw || k == kRawSpan {
+			if isRaw(k) {
 				ops = "— (raw SDK: " + perUnit(t.http, n) + ")"
 			} else if len(t.ops) == 0 {
 				ops = "none"

@@ -28,35 +28,77 @@ func perLookup(ph *readPhase, k string) string {
 	return perUnit(t.ops, n)
 }
 
-func (r *report) scalingSection(b *strings.Builder, num int, sc *scaling) {
+// scalingSection writes sc's section: a heading of level h ("##")
+// numbered num ("7."), then its tables.
+func (r *report) scalingSection(b *strings.Builder, h, num string, sc *scaling) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	o := r.o
-	level := "pending segments"
-	if sc.name == "backlog" {
-		p("\n## %d. Lookups against the backlog: %s pending segments\n\n", num, joinInts(o.backlog))
-		p("One writer process (`rollbench child`, shard `bl-0`, `IdleAfter` %v, `SegmentMaxRows` 1) appends %d-byte rows one\n", o.idleAfter, o.readSize)
+	spec := sc.spec
+	lat := r.e != nil && r.e.lat != nil
+	// Writers are child processes on Azurite, goroutines of this process
+	// on the latency model (a memory bucket is not shared between
+	// processes).
+	one, many, across := "One writer process (`rollbench child`, ", "writer processes (`rollbench child`, ", "processes"
+	if lat {
+		one = "One writer (`rollbench child`'s, run in this process with an `engine.DB` of its own; "
+		many = "writers (`rollbench child`'s, run in this process, each with an `engine.DB` of its own; "
+		across = "engines"
+	}
+	largest := spec.levels[len(spec.levels)-1]
+	switch spec.name {
+	case "backlog":
+		p("\n%s %s Lookups against the backlog: %s pending segments\n\n", h, num, joinInts(o.backlog))
+		p("%sshard `bl-0`, `IdleAfter` %v, `SegmentMaxRows` 1) appends %d-byte rows one\n", one, o.idleAfter, o.readSize)
 		p("at a time, so every row is a segment of its own; generations seal at the engine's defaults (256 segments, 30 s). No\n")
 		p("merger runs: before the backlog, %d rows were merged into base version 1 once, and nothing after. Between the rows\n", sc.baseRows)
 		p("of the table the writer appends the segments that take the backlog to the next level.\n\n")
-	} else {
-		level = "writer shards"
-		p("\n## %d. Lookups against the number of writer shards: %s\n\n", num, joinInts(o.shardCounts))
-		p("N writer processes (`rollbench child`, shards `sh-00` …, `IdleAfter` %v, `SegmentMaxRows` 1) append %d-byte rows\n", o.idleAfter, o.readSize)
-		p("one at a time into a table of their own (`shards-N`), %d segments of one row in total, split evenly (%d per shard at\n", o.shardSegments, o.shardSegments/max(1, o.shardCounts[len(o.shardCounts)-1]))
-		p("%d shards). No merger: %d rows were merged into each table's base version 1 before its backlog.\n\n", o.shardCounts[len(o.shardCounts)-1], sc.baseRows)
+	case "shards":
+		p("\n%s %s Lookups against the number of writer shards: %s\n\n", h, num, joinInts(o.shardCounts))
+		p("N %sshards `sh-00` …, `IdleAfter` %v, `SegmentMaxRows` 1) append %d-byte rows\n", many, o.idleAfter, o.readSize)
+		p("one at a time into a table of their own (`shards-N`), %d segments of one row in total, split evenly (%d per shard at\n", largest.segments, largest.segments/max(1, largest.writers))
+		p("%d shards). No merger: %d rows were merged into each table's base version 1 before its backlog.\n\n", largest.writers, sc.baseRows)
+	default:
+		labels := make([]string, len(spec.levels))
+		for i, l := range spec.levels {
+			labels[i] = l.label()
+		}
+		p("\n%s %s Lookups against %s: %s\n\n", h, num, spec.what, strings.Join(labels, " / "))
+		p("The %s`IdleAfter` %v, `SegmentMaxRows` 1) append %d-byte rows one at a time, each row a\n", many, o.idleAfter, o.readSize)
+		p("segment of its own, %d pending segments at the largest level, split evenly over its writers. No merger: %d rows were\n", largest.segments, sc.baseRows)
+		p("merged into each table's base version 1 before its backlog.\n\n")
 	}
-	p("The reader is this process (`engine.DB` without payload cache, so each hit fetches its payload; the cache has its own\n")
-	p("goal in section 3). Each level is measured twice, %d samples per read kind, kinds interleaved and paced over %v:\n\n", o.scaleSamples, o.activeFor)
+	if lat {
+		p("The reader is this process (`engine.DB` without payload cache, so each hit fetches its payload). Each level is\n")
+		p("measured twice, %d samples per read kind, kinds interleaved and paced over %v:\n\n", o.scaleSamples, o.activeFor)
+	} else {
+		p("The reader is this process (`engine.DB` without payload cache, so each hit fetches its payload; the cache has its own\n")
+		p("goal in section 3). Each level is measured twice, %d samples per read kind, kinds interleaved and paced over %v:\n\n", o.scaleSamples, o.activeFor)
+	}
 	p("- **writers idle**: after the writers' last append, IdleAfter plus until a refresh probes no shard head (the writers\n")
 	p("  left the registry's active set); a refresh then reads only the registry (one HEAD).\n")
 	p("- **writers active**: every writer appends one row per %v during the measurement. Active shards are probed at every\n", o.activeInterval)
-	p("  refresh, one HEAD of each shard's head object, in parallel — but Azurite is one thread and serialises them; a head\n")
+	if lat {
+		p("  refresh, one HEAD of each shard's head object, in parallel, and the model serves them in parallel (each waits its\n")
+		p("  own draw), so a refresh waits for the slowest of its HEADs; a head\n")
+	} else {
+		p("  refresh, one HEAD of each shard's head object, in parallel — but Azurite is one thread and serialises them; a head\n")
+	}
 	p("  carries the layout of the segment it counts last, so only a reader more than one segment behind also GETs a range\n")
 	p("  of a segment's header. Each row a writer acknowledges is read by this process as soon as the\n")
-	p("  acknowledgement arrives (*just acknowledged elsewhere*): read-after-write across processes.\n\n")
-	p("Milliseconds, p50 or p99 with the ratio to the raw GET's same quantile in the same row in brackets.\n\n")
-	p("| %s | writers | pending segments (generations) | raw GET p50 | raw GET p99 | absent p50 | absent p99 | WAL hit p50 | base hit p50 | just acknowledged p50 (n) |\n", level)
-	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("  acknowledgement arrives (*just acknowledged elsewhere*): read-after-write across %s.\n\n", across)
+	p("Milliseconds, p50 or p99 with the ratio to the raw GET's same quantile in the same row in brackets; the raw HEAD is\n")
+	p("one HEAD of a raw blob, what an absent lookup's every request is.\n\n")
+	dims := strings.Join(spec.dims, " | ")
+	dimSep := strings.Repeat("---:|", len(spec.dims))
+	coords := func(row *scaleRow) string {
+		parts := make([]string, len(row.coords))
+		for i, c := range row.coords {
+			parts[i] = fmt.Sprint(c)
+		}
+		return strings.Join(parts, " | ")
+	}
+	p("| %s | writers | pending segments (generations) | raw GET p50 | raw GET p99 | raw HEAD p50 | absent p50 | absent p99 | WAL hit p50 | base hit p50 | just acknowledged p50 (n) |\n", dims)
+	p("|%s---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", dimSep)
 	for _, row := range sc.rows {
 		ph := row.phase
 		state := "idle"
@@ -69,14 +111,14 @@ func (r *report) scalingSection(b *strings.Builder, num int, sc *scaling) {
 		if s := ph.series[kFresh]; s != nil && len(s.total) > 0 {
 			fresh = fmt.Sprintf("%s (%d)", cell(ph, kFresh, 0.5), len(s.total))
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.label, state, pend,
-			fms(qOf(ph.series[kRaw], 0.5)), fms(qOf(ph.series[kRaw], 0.99)),
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", coords(row), state, pend,
+			fms(qOf(ph.series[kRaw], 0.5)), fms(qOf(ph.series[kRaw], 0.99)), fms(qOf(ph.series[kRawHead], 0.5)),
 			cell(ph, kAbsent, 0.5), cell(ph, kAbsent, 0.99), cell(ph, kWAL, 0.5), cell(ph, kWarm, 0.5), fresh)
 	}
 
 	p("\nRequests per lookup (objstore calls the reader made, by what the key is) and refreshes per lookup:\n\n")
-	p("| %s | writers | absent id | WAL hit | base hit | just acknowledged | refreshes per absent lookup |\n", level)
-	p("|---:|---|---|---|---|---|---:|\n")
+	p("| %s | writers | absent id | WAL hit | base hit | just acknowledged | refreshes per absent lookup |\n", dims)
+	p("|%s---|---|---|---|---|---:|\n", dimSep)
 	for _, row := range sc.rows {
 		ph := row.phase
 		state := "idle"
@@ -89,18 +131,18 @@ func (r *report) scalingSection(b *strings.Builder, num int, sc *scaling) {
 		if n := len(ph.series[kAbsent].total); n > 0 {
 			refr = trimFloat(float64(ph.stats[kAbsent].get("refreshes")) / float64(n))
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s |\n", row.label, state, perLookup(ph, kAbsent), perLookup(ph, kWAL), perLookup(ph, kWarm), fresh, refr)
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", coords(row), state, perLookup(ph, kAbsent), perLookup(ph, kWAL), perLookup(ph, kWarm), fresh, refr)
 	}
 
-	p("\nWhat it took to get there: the appends that built each level (one at a time per writer; the writer processes' own\n")
+	p("\nWhat it took to get there: the appends that built each level (one at a time per writer; the writers' own\n")
 	p("objstore calls per append), and the reader's first refresh after them (once per level, not in the latencies above).\n\n")
-	p("| %s | rows appended | wall time | rows/s | writer calls per append | reader's catch-up refresh | its calls |\n", level)
-	p("|---:|---:|---:|---:|---|---:|---|\n")
+	p("| %s | rows appended | wall time | rows/s | writer calls per append | reader's catch-up refresh | its calls |\n", dims)
+	p("|%s---:|---:|---:|---|---:|---|\n", dimSep)
 	for _, row := range sc.rows {
 		if row.active {
 			continue
 		}
-		p("| %s | %d | %s | %.0f | %s | %s ms | %s |\n", row.label, row.built, row.buildDur.Round(time.Millisecond),
+		p("| %s | %d | %s | %.0f | %s | %s ms | %s |\n", coords(row), row.built, row.buildDur.Round(time.Millisecond),
 			float64(row.built)/row.buildDur.Seconds(), perUnit(row.buildOps, row.built), fms(row.catchup), perUnit(row.catchupOps, 1))
 	}
 	var notes []string
@@ -111,8 +153,9 @@ func (r *report) scalingSection(b *strings.Builder, num int, sc *scaling) {
 		if row.active {
 			s := series{total: row.trickleLat}
 			sm := s.summary()
-			notes = append(notes, fmt.Sprintf("%s, writers active: %d rows trickled, append p50 %s ms, p99 %s ms; %d acknowledgements queued for reading, %d dropped (queue full)",
-				row.label, row.trickled, fms(sm.p50), fms(sm.p99), row.freshQueued.Load(), row.freshLost.Load()))
+			notes = append(notes, fmt.Sprintf("%s, writers active: %d rows trickled, append p50 %s ms, p99 %s ms; %d acknowledgements queued for reading, %d dropped (queue full); "+
+				"the writers' objstore calls per trickled append (their background work included): %s",
+				row.label, row.trickled, fms(sm.p50), fms(sm.p99), row.freshQueued.Load(), row.freshLost.Load(), perUnit(row.trickleOps, row.trickled)))
 		}
 	}
 	if len(notes) > 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/engine/keyspace"
 	"github.com/rollstore/rollstore/objstore"
+	"github.com/rollstore/rollstore/objstore/latency"
 	"github.com/rollstore/rollstore/objstore/memory"
 )
 
@@ -152,7 +153,9 @@ func phaseOf(rawMS float64, kinds map[string]float64) *readPhase {
 }
 
 func TestFlatnessAndLookupGoals(t *testing.T) {
-	flat := &scaling{name: "backlog"}
+	o := &options{}
+	specs := scaleSpecs(o)
+	flat := &scaling{name: "backlog", spec: specs[0]}
 	for i, label := range []string{"10", "100", "1000", "5000"} {
 		// The raw GET drifts; the ratios stay at 1.2× (absent) and 1.5× (WAL),
 		// except the WAL hit at 5000, which grows 40%.
@@ -172,8 +175,8 @@ func TestFlatnessAndLookupGoals(t *testing.T) {
 	if _, worst := flatness(rows, kWAL, 0.5); worst < 0.39 || worst > 0.41 {
 		t.Fatalf("WAL flatness worst %v, want 0.4", worst)
 	}
-	r := &report{o: &options{}, backlog: flat}
-	if g := r.flatGoal(flat, "backlog", false); g.met != 0 || !strings.Contains(g.measured, "WAL hit p50 ±40%") {
+	r := &report{o: o, scalings: []*scaling{flat}}
+	if g := r.flatGoal(flat.spec, flat, false); g.met != 0 || !strings.Contains(g.measured, "WAL hit p50 ±40%") {
 		t.Fatalf("flat goal = %+v, want missed with WAL ±40%%", g)
 	}
 	if g := r.lookupGoal("absent", "≤ 1.5×", kAbsent, 0.5, 1.5, false); g.met != 1 {
@@ -182,7 +185,7 @@ func TestFlatnessAndLookupGoals(t *testing.T) {
 	if g := r.lookupGoal("WAL", "≤ 2×", kWAL, 0.5, 2, false); g.met != 0 || !strings.Contains(g.measured, "1.50–2.10×") {
 		t.Fatalf("WAL goal = %+v, want missed, 1.50–2.10×", g)
 	}
-	if g := r.flatGoal(nil, "shards", false); g.met != -1 {
+	if g := r.flatGoal(specs[1], nil, false); g.met != -1 {
 		t.Fatalf("a table not measured must say so: %+v", g)
 	}
 }
@@ -270,5 +273,144 @@ func TestTailBuffer(t *testing.T) {
 	fmt.Fprint(tb, "partial")
 	if got := tb.last(); got != "line 3 | line 4 | line 5 | line 6 | line 7" {
 		t.Fatalf("last = %q", got)
+	}
+}
+
+// TestLatencyScaling runs the scaling tables on the latency model, tiny:
+// the writers in this process, every latency a fraction of a millisecond.
+// It checks the report's rows and the request counts, not timings.
+func TestLatencyScaling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs engines for a few seconds")
+	}
+	args := []string{"-store", "latency", "-quick", "-out", "",
+		"-backlog", "3,6", "-shards", "1,3", "-shard-segments", "6",
+		"-scale-samples", "6", "-scale-spread", "0s", "-scale-base-rows", "3", "-base-rows", "3", "-wal-rows", "2",
+		"-writer-idle-after", "1s", "-active-interval", "30ms", "-latency-bandwidth", "600"}
+	for _, op := range latency.Ops {
+		name := "-latency-" + strings.ReplaceAll(string(op), "_", "-")
+		args = append(args, name+"-p50", "200us", name+"-p99", "800us")
+	}
+	o, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := measure(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.problems) > 0 {
+		t.Fatalf("problems: %v", rep.problems)
+	}
+	if len(rep.scalings) != 2 {
+		t.Fatalf("%d scaling tables, want backlog and shards", len(rep.scalings))
+	}
+	for _, sc := range rep.scalings {
+		if len(sc.rows) != 4 {
+			t.Fatalf("%s: %d rows, want 2 levels × (idle, active)", sc.name, len(sc.rows))
+		}
+		for _, row := range sc.rows {
+			ph := row.phase
+			what := fmt.Sprintf("%s %s active=%v", sc.name, row.label, row.active)
+			for _, k := range []string{kAbsent, kWAL, kWarm, kRaw, kRawHead} {
+				if n := len(ph.series[k].total); n != 6 {
+					t.Errorf("%s: %d %s samples, want 6", what, n, kindNames[k])
+				}
+			}
+			n := int64(len(ph.series[kAbsent].total))
+			absent := ph.tallies[kAbsent].snap().ops
+			if absent["Head registry"] != n {
+				t.Errorf("%s: an absent lookup made %s, want one registry HEAD each", what, perUnit(absent, int(n)))
+			}
+			// Idle writers are probed by no refresh; active ones by every
+			// refresh's first round, and again in its second when a shard
+			// changed state meanwhile.
+			heads, refreshes := absent["Head head"], ph.stats[kAbsent].get("refreshes")
+			if !row.active && heads != 0 || row.active && (heads == 0 || heads > 2*int64(row.shards)*refreshes) {
+				t.Errorf("%s: %d shard-head HEADs in %d absent lookups (%d refreshes) with %d writers", what, heads, n, refreshes, row.shards)
+			}
+			if wal := ph.tallies[kWAL].snap().ops; wal["GetRange segment"] != n {
+				t.Errorf("%s: a WAL hit made %s, want one ranged GET of its segment", what, perUnit(wal, int(n)))
+			}
+			if row.active {
+				if len(ph.series[kFresh].total) == 0 || row.trickled == 0 {
+					t.Errorf("%s: %d rows trickled, %d read just acknowledged", what, row.trickled, len(ph.series[kFresh].total))
+				}
+				if segs := row.trickleOps["PutIfAbsent segment"]; segs < int64(row.trickled) {
+					t.Errorf("%s: %d segment puts for %d trickled appends", what, segs, row.trickled)
+				}
+			} else if segs := row.buildOps["PutIfAbsent segment"]; row.built > 0 && segs < int64(row.built) {
+				t.Errorf("%s: %d segment puts for %d appended rows of one segment each", what, segs, row.built)
+			}
+		}
+	}
+	m := rep.e.lat
+	for _, op := range []latency.Op{latency.OpHead, latency.OpGet, latency.OpPutIf, latency.OpLease} {
+		if m.Calls(op) == 0 {
+			t.Errorf("the model charged no %s request", op)
+		}
+	}
+	md := rep.latencyMarkdown()
+	for _, want := range []string{
+		latencyHeading,
+		"| HEAD | Head | 0.2 ms | 0.8 ms |",
+		"### L1. Lookups against the backlog: 3 / 6 pending segments",
+		"### L2. Lookups against the number of writer shards: 1 / 3",
+		"| backlog | 6 | idle |",
+		"| shards | 3 | 3 active |",
+		"| 3 | active | ",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "\n## ") {
+		t.Error("the latency report has a second level-2 heading: it would end its own section in BENCHMARKS.md")
+	}
+}
+
+// The latency run replaces its own section of BENCHMARKS.md; the Azurite
+// run keeps it.
+func TestBenchmarksSections(t *testing.T) {
+	azurite := "# rollstore benchmarks\n\n## 1. Appends\n\nold\n"
+	fixture := "## Staging fixture on Azurite\n\nfixture\n\n## Run to run\n\nhand\n"
+	lat := latencyHeading + ": old\n\n### The model\n\nold model\n"
+	got := spliceSection(azurite+"\n"+fixture, latencyHeading, latencyHeading+": new\n")
+	if want := azurite + "\n" + fixture + "\n" + latencyHeading + ": new\n"; got != want {
+		t.Fatalf("appending the section:\n%s\nwant\n%s", got, want)
+	}
+	got = spliceSection(azurite+"\n"+lat+"\n"+fixture, latencyHeading, latencyHeading+": new\n")
+	if want := azurite + "\n" + latencyHeading + ": new\n\n" + fixture; got != want {
+		t.Fatalf("replacing the section:\n%s\nwant\n%s", got, want)
+	}
+	if got, want := keptTail(azurite+"\n"+fixture+"\n"+lat), fixture+"\n"+lat; got != want {
+		t.Fatalf("kept tail:\n%s\nwant\n%s", got, want)
+	}
+	if got := keptTail(azurite); got != "" {
+		t.Fatalf("kept tail of a file with no other run's section: %q", got)
+	}
+}
+
+// The latency report's expectation for an absent lookup: the median of
+// the slowest of n HEADs drawn from the model.
+func TestSlowestHead(t *testing.T) {
+	m, err := latency.New(memory.New(), latency.StandardConfig()) // HEAD: p50 5 ms, p99 25 ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &report{o: &options{readSize: 53248}, e: &env{lat: m}}
+	if got := r.slowestHead(1); got < 4999*time.Microsecond || got > 5001*time.Microsecond {
+		t.Errorf("one HEAD: median %v, want 5ms", got)
+	}
+	// 0.5^(1/17) = 0.96 is the normal's 1.75σ: 5 ms × 5^(1.75/2.326) = 16.8 ms.
+	if got := r.slowestHead(17); got < 16500*time.Microsecond || got > 17100*time.Microsecond {
+		t.Errorf("slowest of 17 HEADs: median %v, want 16.8ms", got)
+	}
+	if r.slowestHead(4) >= r.slowestHead(5) {
+		t.Error("the slowest of more HEADs must be slower")
+	}
+	// The raw GET's median: the first byte's 6 ms plus 53,248 B at 60 MiB/s.
+	if got := r.modelRawGet(); got < 6840*time.Microsecond || got > 6860*time.Microsecond {
+		t.Errorf("raw GET median %v, want 6.85ms", got)
 	}
 }

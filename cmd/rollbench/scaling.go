@@ -27,9 +27,74 @@ import (
 //     new segments. The rows they acknowledge are read at once by
 //     this process ("just acknowledged elsewhere").
 
+// A scaleSpec is one scaling table: what varies from level to level, and
+// the levels. Each level is a table state (so many writers, so many
+// pending segments) that the reader is measured against twice, with the
+// writers idle and then active. Levels naming the same table build on each
+// other's backlog; a level naming a new table starts it afresh (a base of
+// -scale-base-rows rows, then its backlog).
+//
+// A new dimension (the number of partitions a table hashes its ids into,
+// say) is a new entry in dims, the level's value in coords, and what the
+// table needs to get it at its creation (newScaleTable).
+type scaleSpec struct {
+	name string // "backlog", "shards": the phase's and the log's name
+	num  int    // the report's section number
+	// dims name what a level sets, one report column each, and coords
+	// (of each level) give its values, in the same order.
+	dims []string
+	// unit is what the levels count, in running text ("pending
+	// segments"), short its short form in the goal table ("shards");
+	// label the table's name in a sentence ("Backlog").
+	unit, short, label string
+	// what the goal table says the flatness is against.
+	what       string
+	writerName func(i int) string
+	levels     []scaleLevel
+}
+
+// A scaleLevel is one level of a scaling table.
+type scaleLevel struct {
+	coords []int
+	// writers append to the level's table, each its own shard; segments
+	// is how many one-row segments the table holds at the level, split
+	// evenly over them.
+	writers, segments int
+	table             string
+}
+
+// label names the level in tables and logs: its coordinates, "16" or
+// "16 × 64".
+func (l scaleLevel) label() string {
+	parts := make([]string, len(l.coords))
+	for i, c := range l.coords {
+		parts[i] = fmt.Sprint(c)
+	}
+	return strings.Join(parts, " × ")
+}
+
+// scaleSpecs are the scaling tables of a run, in the report's order.
+func scaleSpecs(o *options) []*scaleSpec {
+	backlog := &scaleSpec{name: "backlog", num: 7, dims: []string{"pending segments"}, unit: "pending segments",
+		short: "pending segments", label: "Backlog",
+		what: "the backlog", writerName: func(i int) string { return fmt.Sprintf("bl-%d", i) }}
+	for _, n := range o.backlog {
+		backlog.levels = append(backlog.levels, scaleLevel{coords: []int{n}, writers: 1, segments: n, table: "backlog"})
+	}
+	shards := &scaleSpec{name: "shards", num: 8, dims: []string{"writer shards"}, unit: "writer shards",
+		short: "shards", label: "Shards",
+		what: "the number of writer shards", writerName: func(i int) string { return fmt.Sprintf("sh-%02d", i) }}
+	for _, n := range o.shardCounts {
+		shards.levels = append(shards.levels, scaleLevel{coords: []int{n}, writers: n, segments: o.shardSegments / n * n,
+			table: fmt.Sprintf("shards-%d", n)})
+	}
+	return []*scaleSpec{backlog, shards}
+}
+
 type scaleRow struct {
 	label  string
-	shards int
+	coords []int
+	shards int // writers
 	active bool
 	// Pending WAL of the table before and after the measurement.
 	segs, gens           int
@@ -45,14 +110,18 @@ type scaleRow struct {
 	buildOps   map[string]int64
 	idleWaited time.Duration
 	idleNote   string
-	// Active rows: the writers' trickled appends.
+	// Active rows: the writers' trickled appends, and the objstore calls
+	// the writers made meanwhile (their appends' and their background
+	// work's).
 	trickled    int
 	trickleLat  []time.Duration
+	trickleOps  map[string]int64
 	freshQueued atomic.Int64
 	freshLost   atomic.Int64
 }
 
 type scaling struct {
+	spec *scaleSpec
 	name string
 	rows []*scaleRow
 	// baseRows rows were merged into each table's base before the backlog.
@@ -154,12 +223,12 @@ func (r *reads) waitIdle(ctx context.Context, tb *engine.Table, limit time.Durat
 // periodic pauses (it saves its metadata every 5 s) fall on every kind
 // alike instead of on whichever kind a short row happened to be sampling.
 func (r *reads) measureScale(ctx context.Context, name string, t *target, samples int, fresh <-chan string, spread time.Duration) *readPhase {
-	kinds := []string{kAbsent, kWAL, kWarm, kRaw}
+	kinds := []string{kAbsent, kWAL, kWarm, kRaw, kRawHead}
+	base := kinds
 	if fresh != nil {
-		kinds = append(kinds, kFresh)
+		kinds = append(kinds[:len(kinds):len(kinds)], kFresh)
 	}
 	p := newReadPhase(name, kinds)
-	base := kinds[:4]
 	start := time.Now()
 	for i := range samples {
 		if spread > 0 {
@@ -187,9 +256,10 @@ func (r *reads) measureScale(ctx context.Context, name string, t *target, sample
 
 // measureLevel measures one level twice (writers idle, then active) and
 // appends both rows to sc.
-func (r *reads) measureLevel(ctx context.Context, sc *scaling, label string, ws []*proc, t *target, built int, buildDur time.Duration, buildOps map[string]int64, prefix string) error {
+func (r *reads) measureLevel(ctx context.Context, sc *scaling, lvl scaleLevel, ws []*proc, t *target, built int, buildDur time.Duration, buildOps map[string]int64, prefix string) error {
 	o := r.e.opts
-	idle := &scaleRow{label: label, shards: len(ws), built: built, buildDur: buildDur, buildOps: buildOps}
+	label := lvl.label()
+	idle := &scaleRow{label: label, coords: lvl.coords, shards: len(ws), built: built, buildDur: buildDur, buildOps: buildOps}
 	// Let every writer leave the active set, then catch the reader up.
 	var err error
 	if idle.catchup, idle.catchupOps, err = catchUp(ctx, t.tb); err != nil {
@@ -206,7 +276,7 @@ func (r *reads) measureLevel(ctx context.Context, sc *scaling, label string, ws 
 	r.logScale(sc.name, idle)
 
 	// Writers active: each trickles one row per interval.
-	act := &scaleRow{label: label, shards: len(ws), active: true, segs: idle.segs, gens: idle.gens}
+	act := &scaleRow{label: label, coords: lvl.coords, shards: len(ws), active: true, segs: idle.segs, gens: idle.gens, trickleOps: map[string]int64{}}
 	fresh := make(chan string, 1<<14)
 	var first sync.Once
 	firstAck := make(chan struct{})
@@ -244,6 +314,9 @@ func (r *reads) measureLevel(ctx context.Context, sc *scaling, label string, ws 
 		}
 		act.trickled += m.N
 		act.trickleLat = append(act.trickleLat, m.Lat...)
+		for k, v := range m.Ops {
+			act.trickleOps[k] += v
+		}
 		if m.Errors > 0 || m.Backpressure > 0 {
 			r.e.warn(fmt.Sprintf("%s %s: trickling writer %s: %d errors, %d back-pressure refusals: %v", sc.name, label, w.name, m.Errors, m.Backpressure, m.ErrSample))
 		}
@@ -282,60 +355,22 @@ func (r *reads) logScale(name string, row *scaleRow) {
 		name, row.label, state, row.segs, row.gens, ms(ab.p50), dratio(ab.p50, raw.p50), dratio(ab.p99, raw.p99), ms(wal.p50), dratio(wal.p50, raw.p50), ms(raw.p50))
 }
 
-// backlogScaling: one writer process, no merger, 1 row per segment;
-// pending segments grow through o.backlog.
-func backlogScaling(ctx context.Context, r *reads) (*scaling, error) {
+// runScaling measures every level of spec: it starts the most writers
+// any level needs (child processes on Azurite, see startChild), then, level
+// by level, creates the level's table if it is new (with a base version of
+// -scale-base-rows rows), has the level's writers append one-row segments
+// until the table holds the level's backlog, and measures the level.
+func runScaling(ctx context.Context, r *reads, spec *scaleSpec) (*scaling, error) {
 	o := r.e.opts
-	const table = "backlog"
-	sc := &scaling{name: "backlog", baseRows: o.scaleBaseRows}
-	if err := r.wdb.CreateTable(ctx, table); err != nil {
-		return nil, err
-	}
-	w, err := startChild(r.e, "bl-0", writerArgs(o, "bl-0")...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = w.stop() }()
-	base, err := r.seedBase(ctx, w, table, o.scaleBaseRows)
-	if err != nil {
-		return nil, err
-	}
-	t, err := r.target(ctx, table, base, nil)
-	if err != nil {
-		return nil, err
-	}
-	const prefix = "bl-"
-	cur := 0
-	for _, level := range o.backlog {
-		m, err := w.do(ctx, childReq{Op: "append", Table: table, Prefix: prefix, From: cur, To: level, Size: r.size, Conc: 1})
-		r.buildErrors(sc.name, fmt.Sprint(level), w.name, m)
-		if err != nil {
-			return sc, err
-		}
-		logf("backlog: %d more segments of one row in %v (%.1f rows/s)", level-cur, m.Dur.Round(time.Millisecond), float64(level-cur)/m.Dur.Seconds())
-		built := level - cur
-		cur = level
-		t.wal = childIDs(prefix, 0, cur)
-		if err := r.measureLevel(ctx, sc, fmt.Sprint(level), []*proc{w}, t, built, m.Dur, m.Ops, fmt.Sprintf("bt%d-", level)); err != nil {
-			return sc, err
-		}
-	}
-	return sc, nil
-}
-
-// shardScaling: n writer processes, each its own shard, the same total
-// backlog split evenly, for each n in o.shardCounts.
-func shardScaling(ctx context.Context, r *reads) (*scaling, error) {
-	o := r.e.opts
-	sc := &scaling{name: "shards", baseRows: o.scaleBaseRows}
+	sc := &scaling{spec: spec, name: spec.name, baseRows: o.scaleBaseRows}
 	most := 0
-	for _, n := range o.shardCounts {
-		most = max(most, n)
+	for _, l := range spec.levels {
+		most = max(most, l.writers)
 	}
 	ws := make([]*proc, most)
 	var startErr error
 	for i := range ws {
-		name := fmt.Sprintf("sh-%02d", i)
+		name := spec.writerName(i)
 		if ws[i], startErr = startChild(r.e, name, writerArgs(o, name)...); startErr != nil {
 			break
 		}
@@ -352,61 +387,98 @@ func shardScaling(ctx context.Context, r *reads) (*scaling, error) {
 	if startErr != nil {
 		return nil, startErr
 	}
-	for _, n := range o.shardCounts {
-		table := fmt.Sprintf("shards-%d", n)
-		if err := r.wdb.CreateTable(ctx, table); err != nil {
-			return sc, err
-		}
-		base, err := r.seedBase(ctx, ws[0], table, o.scaleBaseRows)
-		if err != nil {
-			return sc, err
-		}
-		t, err := r.target(ctx, table, base, nil)
-		if err != nil {
-			return sc, err
-		}
-		per := o.shardSegments / n
-		var mu sync.Mutex
-		ops := map[string]int64{}
-		start := time.Now()
-		// The writers take their shards one after another (each one's first
-		// append registers it in the table's registry), then append the
-		// rest in parallel. Writers registering (or going idle and coming
-		// back) at once contend on the registry's compare-and-swap: a writer
-		// that loses 51 swaps in a row stops, failing its append (see the
-		// engine's updateRegistry). The children retry such appends and
-		// report them; the report lists them as warnings.
-		for i := range n {
-			m, err := ws[i].do(ctx, childReq{Op: "append", Table: table, Prefix: table + "-" + ws[i].name + "-", From: 0, To: 1, Size: r.size, Conc: 1})
-			r.buildErrors(sc.name, fmt.Sprint(n), ws[i].name, m)
+	// What each table holds so far: its target, and the rows each writer
+	// appended to it.
+	type tableState struct {
+		t    *target
+		rows []int
+	}
+	tables := map[string]*tableState{}
+	for li, lvl := range spec.levels {
+		ts := tables[lvl.table]
+		if ts == nil {
+			t, err := r.newScaleTable(ctx, ws[0], lvl)
 			if err != nil {
 				return sc, err
 			}
+			ts = &tableState{t: t}
+			tables[lvl.table] = ts
+		}
+		for len(ts.rows) < lvl.writers {
+			ts.rows = append(ts.rows, 0)
+		}
+		per := lvl.segments / lvl.writers
+		prefix := func(w *proc) string { return lvl.table + "-" + w.name + "-" }
+		var mu sync.Mutex
+		ops := map[string]int64{}
+		tallyOps := func(m childMsg) {
+			mu.Lock()
+			defer mu.Unlock()
 			for k, v := range m.Ops {
 				ops[k] += v
 			}
 		}
-		if _, err := runPool(ctx, n, n, func(ctx context.Context, i int) error {
-			m, err := ws[i].do(ctx, childReq{Op: "append", Table: table, Prefix: table + "-" + ws[i].name + "-", From: 1, To: per, Size: r.size, Conc: 1})
-			r.buildErrors(sc.name, fmt.Sprint(n), ws[i].name, m)
-			mu.Lock()
-			for k, v := range m.Ops {
-				ops[k] += v
+		appendRows := func(ctx context.Context, i, to int) error {
+			m, err := ws[i].do(ctx, childReq{Op: "append", Table: lvl.table, Prefix: prefix(ws[i]), From: ts.rows[i], To: to, Size: r.size, Conc: 1})
+			r.buildErrors(spec.name, lvl.label(), ws[i].name, m)
+			tallyOps(m)
+			if err == nil {
+				ts.rows[i] = to
 			}
-			mu.Unlock()
 			return err
+		}
+		built := 0
+		for i := range lvl.writers {
+			built += max(0, per-ts.rows[i])
+		}
+		start := time.Now()
+		// New writers take their shards one after another (each one's
+		// first append registers it in the table's registry), then all
+		// append the rest in parallel. Writers registering (or going idle
+		// and coming back) at once contend on the registry's
+		// compare-and-swap: a writer that loses 51 swaps in a row stops,
+		// failing its append (see the engine's updateRegistry). The
+		// children retry such appends and report them; the report lists
+		// them as warnings.
+		for i := range lvl.writers {
+			if ts.rows[i] == 0 && per > 0 {
+				if err := appendRows(ctx, i, 1); err != nil {
+					return sc, err
+				}
+			}
+		}
+		if _, err := runPool(ctx, lvl.writers, lvl.writers, func(ctx context.Context, i int) error {
+			if ts.rows[i] >= per {
+				return nil
+			}
+			return appendRows(ctx, i, per)
 		}); err != nil {
 			return sc, err
 		}
 		buildDur := time.Since(start)
-		logf("shards: %d shards × %d segments of one row in %v", n, per, buildDur.Round(time.Millisecond))
-		t.wal = nil
-		for i := range n {
-			t.wal = append(t.wal, childIDs(table+"-"+ws[i].name+"-", 0, per)...)
+		logf("%s %s: %d more segments of one row from %d writer(s) in %v (%.1f rows/s)", spec.name, lvl.label(), built, lvl.writers,
+			buildDur.Round(time.Millisecond), float64(built)/buildDur.Seconds())
+		ts.t.wal = nil
+		for i := range lvl.writers {
+			ts.t.wal = append(ts.t.wal, childIDs(prefix(ws[i]), 0, ts.rows[i])...)
 		}
-		if err := r.measureLevel(ctx, sc, fmt.Sprintf("%d", n), ws[:n], t, n*per, buildDur, ops, fmt.Sprintf("t%d-", n)); err != nil {
+		if err := r.measureLevel(ctx, sc, lvl, ws[:lvl.writers], ts.t, built, buildDur, ops, fmt.Sprintf("%s-t%d-", lvl.table, li)); err != nil {
 			return sc, err
 		}
 	}
 	return sc, nil
+}
+
+// newScaleTable creates lvl's table and gives it a base version, with w
+// appending the base's rows; the table's options for a level (none yet)
+// go here.
+func (r *reads) newScaleTable(ctx context.Context, w *proc, lvl scaleLevel) (*target, error) {
+	if err := r.wdb.CreateTable(ctx, lvl.table); err != nil {
+		return nil, err
+	}
+	base, err := r.seedBase(ctx, w, lvl.table, r.e.opts.scaleBaseRows)
+	if err != nil {
+		return nil, err
+	}
+	return r.target(ctx, lvl.table, base, nil)
 }
