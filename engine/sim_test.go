@@ -8,6 +8,17 @@ package engine
 // zombies, crashed processes replaced by new ones, a table dropped and
 // created again). A checker compares every answer with what was
 // acknowledged. A failing seed prints a command that replays it exactly.
+//
+// The table is partitioned (1 to 16 partitions, from the seed) or, for
+// some seeds, a table without partitions. In a partitioned table an append
+// reaching a process that does not own its partition is forwarded as the
+// service does: staged there, its record committed by the owner's process,
+// with the forwarding call's faults (request or answer lost, the owner gone,
+// frozen or no longer the owner). Writer processes join (new names, or old
+// ones coming back), leave cleanly, crash and freeze; the same id is sent
+// with two contents to two processes at once, and the checker holds one
+// id to one content for ever: at most one acknowledged, and every read
+// returns it (or, none acknowledged, always the same one).
 
 import (
 	"bytes"
@@ -30,6 +41,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/rollstore/rollstore/engine/rowfile"
 	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/faulty"
@@ -43,6 +55,7 @@ var (
 	simTrace = flag.Bool("sim.trace", false, "print the last scheduling steps of a failing seed")
 	simLog   = flag.Bool("sim.log", false, "log every seed's steps and time")
 	simSteps = flag.Int("sim.steps", 200, "scheduling steps a failing seed's trace shows (with -sim.trace)")
+	simDebug = flag.String("sim.debug", "", "print the appends of this row id")
 )
 
 // TestSimulation runs the seeded simulation over many seeds.
@@ -147,6 +160,16 @@ type simWorld struct {
 	pStall float64
 	// poisoned maps a key to how many bytes its bodies give before failing.
 	poisoned map[string]int64
+	// partitions is the table's partition count (-1: a table without
+	// partitions, each writer process with its own shard).
+	partitions int
+	// pForward is the chance that a forwarded append's request, or its
+	// answer, is lost on the way.
+	pForward float64
+	// departed are writer names whose process closed or crashed and was
+	// not replaced: a join may bring one back (the same identity).
+	departed   []string
+	nextWriter int
 
 	procs    []*simProc
 	driver   *sched.Proc
@@ -182,6 +205,12 @@ type simProc struct {
 	closing bool // shutting down cleanly: takes no new operations
 }
 
+// simItem is one row of an append and the variant of its content it sends.
+type simItem struct {
+	r *simRow
+	v int
+}
+
 // simRow is one logical row: its id fixes its content.
 type simRow struct {
 	id    string
@@ -197,6 +226,49 @@ type simRow struct {
 	refused      int
 	unknown      int
 	seenAt       int
+
+	// Variants: a row the conflict operation sends to two processes at
+	// once has two contents (variant 1: another rollout_id, metadata and
+	// payload). One id, one content, for ever: at most one variant is
+	// acknowledged, and every read returns that one (or, none
+	// acknowledged, always the same one).
+	variants    int
+	altSize     int    // variant 1's payload size
+	varAttempts [2]int // appends of each variant
+	varRefused  [2]int // of which refused
+	ackedVar    int    // the variant acknowledged first (-1: none)
+	seenVar     int    // the variant read first (-1: none)
+}
+
+// rec is the row's record in content variant v.
+func (r *simRow) rec(v int) Record {
+	rec := simRecord(r.id)
+	if v == 1 {
+		rec.RolloutID += "-b"
+		rec.Metadata = []byte(`{"id":"` + r.id + `","variant":"b"}`)
+	}
+	return rec
+}
+
+// payload is the row's payload in content variant v.
+func (r *simRow) payload(v int) []byte {
+	if v == 1 {
+		return payloadFor(r.id+"/b", r.altSize)
+	}
+	return payloadFor(r.id, r.size)
+}
+
+// variantOf names the variant a record read back has (-1: none).
+func (r *simRow) variantOf(rec *Record) int {
+	for v := 0; v < max(r.variants, 1); v++ {
+		want := r.rec(v)
+		pay := r.payload(v)
+		if rec.RolloutID == want.RolloutID && rec.Sequence == want.Sequence && rec.PayloadSize == int64(len(pay)) &&
+			rec.PayloadSHA256 == sha(pay) {
+			return v
+		}
+	}
+	return -1
 }
 
 func (w *simWorld) tick() int {
@@ -237,6 +309,10 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	w.pPoison = []float64{0, 0, 0.001, 0.005}[w.rng.IntN(4)]
 	w.poisoned = map[string]int64{}
 	w.pStall = []float64{0, 0, 0.05, 0.2}[w.rng.IntN(4)]
+	// Partitioned tables by default; some seeds keep a table without
+	// partitions (tables created before them must keep working).
+	w.partitions = []int{-1, -1, 1, 2, 4, 4, 16, 16, 16, 16}[w.rng.IntN(10)]
+	w.pForward = []float64{0, 0.01, 0.05, 0.15}[w.rng.IntN(4)]
 	s.Jitter = []float64{0, 0.001, 0.01}[w.rng.IntN(3)]
 	s.MaxJitter = 20 * time.Second
 	ops := opts.ops
@@ -247,6 +323,7 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	w.opDone = w.driver.NewEvent()
 	w.newProc("w0", "s0")
 	w.newProc("w1", "s1")
+	w.nextWriter = 2
 	w.newProc("r0", "")
 	w.newProc("m0", "")
 	w.driver.GoNamed("driver", func() { w.drive(ops) })
@@ -263,7 +340,7 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 		res.err = fmt.Errorf("the simulation did not finish in %d steps (a livelock, or an operation that never returns); problems so far: %v\n  tasks not done:\n    %s",
 			res.steps, w.problems, strings.Join(blocked, "\n    "))
 	case len(w.problems) > 0:
-		res.err = errors.New(strings.Join(w.problems, "\n  "))
+		res.err = fmt.Errorf("[partitions %d] %s", w.partitions, strings.Join(w.problems, "\n  "))
 	}
 	return res
 }
@@ -271,6 +348,8 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 func (w *simWorld) config(p *sched.Proc, shard string) Config {
 	return Config{
 		Shard:               shard,
+		Addr:                p.Name() + ":7070",
+		Partitions:          w.partitions,
 		InlineMax:           4 << 10,
 		GroupCommitWindow:   time.Millisecond,
 		GenMaxSegments:      1 + w.rng.IntN(4),
@@ -352,8 +431,14 @@ func (w *simWorld) drive(ops int) {
 		_, _ = d.Wait(ctx, d.After(time.Duration(w.rng.IntN(30))*time.Millisecond))
 		r := w.rng.IntN(100)
 		switch {
-		case r < 28:
+		case r < 24:
 			w.start(w.pick(w.live(true, true)), "append", w.opAppend)
+		case r < 28:
+			if w.partitions > 0 {
+				w.conflict()
+			} else {
+				w.start(w.pick(w.live(true, true)), "append", w.opAppend)
+			}
 		case r < 33:
 			w.start(w.pick(w.live(true, true)), "batch", w.opBatch)
 		case r < 38:
@@ -383,8 +468,12 @@ func (w *simWorld) drive(ops int) {
 				p.closing = true
 				w.start(p, "restart", w.opRestart)
 			}
-		case r < 94:
+		case r < 92:
 			w.thaw()
+		case r < 93:
+			w.join()
+		case r < 94:
+			w.leave()
 		case r < 97:
 			// Time passes: leases lapse, generations age, idle writers
 			// leave the active set.
@@ -465,18 +554,92 @@ func (w *simWorld) crash() {
 	}
 	p.dead = true
 	p.p.Freeze()
-	if p.shard != "" {
+	switch {
+	case p.shard != "" && w.partitions > 0 && w.rng.IntN(2) == 0 && len(w.live(true, true)) >= 1:
+		// Not replaced: its partitions move to the others once its
+		// heartbeat is older than the member timeout.
+		w.depart(p.shard)
+	case p.shard != "":
 		w.newProc(strings.SplitN(p.name, ".", 2)[0], p.shard)
-	} else {
+	default:
 		w.newProc("r", "")
 	}
+}
+
+// depart notes that no process of writer name shard remains (a join may
+// bring the name back).
+func (w *simWorld) depart(shard string) {
+	for _, q := range w.procs {
+		if q.shard == shard && !q.dead {
+			return
+		}
+	}
+	if !slices.Contains(w.departed, shard) {
+		w.departed = append(w.departed, shard)
+	}
+}
+
+// join starts a writer process: a new name, or one that left or crashed
+// coming back under its name (the same identity, which takes its
+// partitions back at once).
+func (w *simWorld) join() {
+	if len(w.live(true, false)) >= 5 {
+		return
+	}
+	if len(w.departed) > 0 && w.rng.IntN(2) == 0 {
+		i := w.rng.IntN(len(w.departed))
+		shard := w.departed[i]
+		w.departed = slices.Delete(w.departed, i, i+1)
+		w.newProc("w"+strings.TrimPrefix(shard, "s"), shard)
+		return
+	}
+	k := w.nextWriter
+	w.nextWriter++
+	w.newProc(fmt.Sprintf("w%d", k), fmt.Sprintf("s%d", k))
+}
+
+// leave closes a writer process for good (a scale-down): db.Close leaves
+// the members and seals its partitions; the others take them at once.
+func (w *simWorld) leave() {
+	var ws []*simProc
+	for _, p := range w.victims(true) {
+		if p.shard != "" {
+			ws = append(ws, p)
+		}
+	}
+	p := w.pick(ws)
+	if p == nil || len(w.live(true, true)) < 2 || len(w.live(false, true)) < 3 {
+		return
+	}
+	p.closing = true
+	w.start(p, "leave", func(ctx context.Context, p *simProc) {
+		w.closeProc(ctx, p)
+		p.dead = true
+		w.depart(p.shard)
+	})
+}
+
+// closeProc shuts p down cleanly once its other operations finished.
+func (w *simWorld) closeProc(ctx context.Context, p *simProc) {
+	for p.ops > 1 {
+		ev, timeout := w.opDone, p.p.After(time.Second)
+		_, err := p.p.Wait(ctx, ev, timeout)
+		sched.Stop(timeout)
+		if err != nil {
+			return
+		}
+	}
+	_ = p.db.Close(ctx) // a failed seal is the next owner's to finish
 }
 
 // freeze pauses a process (a long GC pause, a partition): it may come back
 // as a zombie after its leases lapsed and others took over.
 func (w *simWorld) freeze() {
-	p := w.pick(w.victims(true))
-	if p == nil || len(w.live(false, true)) < 3 {
+	w.freezeProc(w.pick(w.victims(true)))
+}
+
+func (w *simWorld) freezeProc(p *simProc) {
+	if p == nil || p.fixed || p.dead || p.frozen || p.closing || w.settling || len(w.live(false, true)) < 3 {
 		return
 	}
 	p.frozen = true
@@ -490,15 +653,7 @@ func (w *simWorld) freeze() {
 // of a rolling restart: its writers seal and leave the registry) and starts
 // its replacement.
 func (w *simWorld) opRestart(ctx context.Context, p *simProc) {
-	for p.ops > 1 {
-		ev, timeout := w.opDone, p.p.After(time.Second)
-		_, err := p.p.Wait(ctx, ev, timeout)
-		sched.Stop(timeout)
-		if err != nil {
-			return
-		}
-	}
-	_ = p.db.Close(ctx) // a failed seal is the next owner's to finish
+	w.closeProc(ctx, p)
 	p.dead = true
 	if p.shard != "" {
 		w.newProc(strings.SplitN(p.name, ".", 2)[0], p.shard)
@@ -535,15 +690,28 @@ func (w *simWorld) table(ctx context.Context, p *simProc) (*Table, error) {
 	return p.db.Table(ctx, simTable)
 }
 
+// The sim's forwarding answers: the request surely did not reach the
+// owner (refused, retryable), or it may have (unknown outcome).
+var (
+	errForwardRefused = errors.New("sim: forward refused (the owner surely did not get it)")
+	errForwardUnknown = errors.New("sim: forward's outcome unknown")
+	// errOtherPartition: a batch item of a partition other than the one
+	// that failed; partitions commit independently, so it may have landed.
+	errOtherPartition = errors.New("sim: another partition of the batch failed")
+)
+
 // outcome classifies an append error.
 func (w *simWorld) outcome(err error) (acked, refused bool) {
 	switch {
 	case err == nil:
 		return true, false
-	case errors.Is(err, errInjected), errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, errInjected), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, errForwardUnknown),
+		errors.Is(err, errOtherPartition):
 		return false, false
 	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrShardOwned), errors.Is(err, ErrFenced),
-		errors.Is(err, ErrTooSlow), errors.Is(err, ErrTableNotFound), errors.Is(err, ErrNoWriter):
+		errors.Is(err, ErrTooSlow), errors.Is(err, ErrTableNotFound), errors.Is(err, ErrNoWriter),
+		errors.Is(err, ErrNotOwner), errors.Is(err, errForwardRefused), errors.Is(err, ErrConflict),
+		errors.Is(err, ErrClosed):
 		return false, true
 	}
 	return false, false
@@ -557,6 +725,17 @@ func allowedWriteErr(err error) bool {
 		errors.Is(err, ErrTableNotFound) || errors.Is(err, sched.ErrHalted)
 }
 
+// allowedAppendErr adds what an append of r may answer through the
+// forwarding of a partitioned table, and the conflict of a row sent with
+// two contents.
+func (w *simWorld) allowedAppendErr(r *simRow, err error) bool {
+	// ErrClosed: the partition's writer was handed over (or its process
+	// shut down) while the append waited for it; nothing of it written.
+	return allowedWriteErr(err) || errors.Is(err, ErrNotOwner) || errors.Is(err, ErrClosed) || errors.Is(err, errForwardRefused) ||
+		errors.Is(err, errForwardUnknown) || errors.Is(err, errOtherPartition) ||
+		(r.variants > 1 && errors.Is(err, ErrConflict))
+}
+
 // allowedReadErr reports errors a read may answer under faults: injected
 // store failures (a 503 from the service) and documented refusals.
 func (w *simWorld) allowedReadErr(err error, start int) bool {
@@ -568,35 +747,67 @@ func (w *simWorld) newRow() *simRow {
 	w.nextRow++
 	id := fmt.Sprintf("row-%04d", w.nextRow)
 	size := []int{0, 10, 700, 3000, 5000, 12000}[w.rng.IntN(6)]
-	r := &simRow{id: id, size: size, epoch: w.epoch}
+	r := &simRow{id: id, size: size, epoch: w.epoch, variants: 1, ackedVar: -1, seenVar: -1}
 	w.rows[id] = r
 	w.order = append(w.order, id)
 	return r
 }
 
-func (w *simWorld) record(r *simRow, err error, start, end int) {
-	if !allowedWriteErr(err) {
-		w.problem("append %s: unexpected error %v", r.id, err)
+// variantRules reports whether the one-content rule applies to r now: not
+// to a row whose appends straddled a drop (each incarnation may hold its
+// own content).
+func (w *simWorld) variantRules(r *simRow) bool {
+	return r.epoch >= 0 && r.epoch == w.epoch && !w.dropping && r.firstAttempt > w.dropEnd
+}
+
+func (w *simWorld) record(it simItem, err error, start, end int) {
+	r, v := it.r, it.v
+	straddled := w.dropping || w.dropEnd > start
+	// A process learns of a drop elsewhere within ResidentMaxAge (1 s).
+	if *simDebug != "" && r.id == *simDebug {
+		fmt.Printf("DEBUG record %s v%d start %d end %d: %v\n", r.id, v, start, w.events, err)
+	}
+	afterDrop := w.dropping || w.dropEnd > 0
+	if afterDrop && errors.Is(err, ErrInvalid) && strings.Contains(err.Error(), "is not one of") {
+		// Staged in one incarnation, committed by an owner whose handle
+		// is of the other (one of them has not noticed the drop yet):
+		// refused before anything is written. (The client gets a 400
+		// for a valid append that met a drop; see the report.)
+		err = fmt.Errorf("%w: %w", errForwardRefused, err)
+	}
+	if !w.allowedAppendErr(r, err) {
+		w.problem("append %s (variant %d): unexpected error %v (began at event %d; the last drop ended at event %d, dropping: %v)",
+			r.id, v, err, start, w.dropEnd, w.dropping)
+	}
+	if straddled {
+		r.epoch = -1 // straddled a drop: which incarnation it reached is unknown
 	}
 	acked, refused := w.outcome(err)
 	switch {
 	case acked:
+		if w.variantRules(r) {
+			if r.ackedVar >= 0 && r.ackedVar != v {
+				w.problem("append %s: variant %d acknowledged, but variant %d was acknowledged before (event %d): two contents for one id",
+					r.id, v, r.ackedVar, r.ackedAt)
+			}
+			if r.seenVar >= 0 && r.seenVar != v {
+				w.problem("append %s: variant %d acknowledged, but variant %d was read before", r.id, v, r.seenVar)
+			}
+		}
 		if !r.acked {
-			r.acked, r.ackedAt = true, end
+			r.acked, r.ackedAt, r.ackedVar = true, end, v
 		}
 	case refused:
 		r.refused++
+		r.varRefused[v]++
 	default:
 		r.unknown++
-	}
-	if w.dropping || w.dropEnd > start {
-		r.epoch = -1 // straddled a drop: which incarnation it reached is unknown
 	}
 }
 
 func (w *simWorld) opAppend(ctx context.Context, p *simProc) {
 	r := w.newRow()
-	w.appendRows(ctx, p, []*simRow{r})
+	w.appendRows(ctx, p, []simItem{{r, 0}})
 }
 
 func (w *simWorld) opRetry(ctx context.Context, p *simProc) {
@@ -607,45 +818,303 @@ func (w *simWorld) opRetry(ctx context.Context, p *simProc) {
 	if r.epoch != w.epoch {
 		return
 	}
-	w.appendRows(ctx, p, []*simRow{r})
+	w.appendRows(ctx, p, []simItem{{r, w.rng.IntN(r.variants)}})
 }
 
 func (w *simWorld) opBatch(ctx context.Context, p *simProc) {
 	n := 2 + w.rng.IntN(3)
-	var rs []*simRow
+	var items []simItem
 	for i := 0; i < n; i++ {
-		rs = append(rs, w.newRow())
+		items = append(items, simItem{w.newRow(), 0})
 	}
-	w.appendRows(ctx, p, rs)
+	w.appendRows(ctx, p, items)
 }
 
-func (w *simWorld) appendRows(ctx context.Context, p *simProc, rs []*simRow) {
+// conflict sends one new id with two different contents to two writer
+// processes at once (two pods receiving the same id): at most one may be
+// acknowledged, and every read agrees with it.
+func (w *simWorld) conflict() {
+	ws := w.live(true, true)
+	if len(ws) == 0 {
+		return
+	}
+	p1 := w.pick(ws)
+	p2 := w.pick(ws)
+	if len(ws) > 1 {
+		for p2 == p1 {
+			p2 = w.pick(ws)
+		}
+	}
+	r := w.newRow()
+	r.variants = 2
+	r.altSize = []int{0, 10, 700, 3000, 5000, 12000}[w.rng.IntN(6)]
+	w.start(p1, "conflict-a", func(ctx context.Context, p *simProc) { w.appendRows(ctx, p, []simItem{{r, 0}}) })
+	w.start(p2, "conflict-b", func(ctx context.Context, p *simProc) { w.appendRows(ctx, p, []simItem{{r, 1}}) })
+}
+
+func (w *simWorld) appendRows(ctx context.Context, p *simProc, items []simItem) {
 	start := w.tick()
-	for _, r := range rs {
+	for _, it := range items {
+		r := it.r
 		r.attempts++
+		r.varAttempts[it.v]++
 		r.pending++
 		if r.firstAttempt == 0 {
 			r.firstAttempt = start
 		}
 	}
+	errs := make([]error, len(items))
 	tb, err := w.table(ctx, p)
-	if err == nil {
-		if len(rs) == 1 {
-			r := rs[0]
-			_, err = tb.Append(ctx, simRecord(r.id), bytes.NewReader(payloadFor(r.id, r.size)), int64(r.size))
-		} else {
-			items := make([]BatchItem, len(rs))
-			for i, r := range rs {
-				items[i] = BatchItem{Record: simRecord(r.id), Payload: payloadFor(r.id, r.size)}
-			}
-			_, err = tb.AppendBatch(ctx, items)
+	var noe *NotOwnerError
+	switch {
+	case err != nil:
+	case len(items) == 1:
+		it := items[0]
+		pay := it.r.payload(it.v)
+		_, err = tb.Append(ctx, it.r.rec(it.v), bytes.NewReader(pay), int64(len(pay)))
+		if errors.As(err, &noe) {
+			// The service forwards: it stages the payload here and sends
+			// the record to the owner the error names.
+			errs = w.forwardAppend(ctx, p, tb, items, noe.Owner.Writer)
+			err = nil
+		}
+	case w.partitions > 0 && !w.ownsAll(ctx, tb, items):
+		// Some item's partition is another's: the service stages them
+		// all here, commits this process's group and forwards the
+		// others' to their owners.
+		errs = w.forwardAppend(ctx, p, tb, items, "")
+	default:
+		batch := make([]BatchItem, len(items))
+		for i, it := range items {
+			batch[i] = BatchItem{Record: it.r.rec(it.v), Payload: it.r.payload(it.v)}
+		}
+		// A NotOwnerError here (ownership moved since the check) may
+		// come from Commit after other partitions committed: per
+		// partition, like any batch error.
+		_, err = tb.AppendBatch(ctx, batch)
+		errs = splitOutcome(tb, itemIDs(items), err)
+		err = nil
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
 		}
 	}
 	end := w.tick()
-	for _, r := range rs {
-		r.pending--
-		w.record(r, err, start, end)
+	for i, it := range items {
+		it.r.pending--
+		w.record(it, errs[i], start, end)
 	}
+}
+
+// ownsAll reports whether p owns the partitions of all items (as it sees
+// the members now).
+func (w *simWorld) ownsAll(ctx context.Context, tb *Table, items []simItem) bool {
+	for _, it := range items {
+		if o, err := tb.Owner(ctx, it.r.id); err != nil || !o.Self {
+			return false
+		}
+	}
+	return true
+}
+
+func itemIDs(items []simItem) []string {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.r.id
+	}
+	return ids
+}
+
+// splitOutcome spreads a batch's answer (of AppendBatch or Commit) over
+// its items: a BatchError decides the items of the failing item's
+// partition, which commit all or none; the other partitions' commit
+// independently, so their items may have landed.
+func splitOutcome(tb *Table, ids []string, err error) []error {
+	out := make([]error, len(ids))
+	if err == nil {
+		return out
+	}
+	var be *BatchError
+	if tb == nil || !errors.As(err, &be) || be.Index < 0 || be.Index >= len(ids) {
+		for i := range out {
+			out[i] = err
+		}
+		return out
+	}
+	failed := tb.PartitionOf(ids[be.Index])
+	for i, id := range ids {
+		if tb.PartitionOf(id) == failed {
+			out[i] = err
+		} else {
+			out[i] = fmt.Errorf("%w: %w", errOtherPartition, err)
+		}
+	}
+	return out
+}
+
+// forwardAppend does what the service does with an append that reached a
+// process not owning its partition: it stages the items here (payloads
+// stored by this process), groups them by owner (owner, when given, is the
+// one a single append's NotOwnerError named), commits its own group and
+// sends each other group's records to their owner. Per item it returns the
+// answer the client gets.
+func (w *simWorld) forwardAppend(ctx context.Context, p *simProc, tb *Table, items []simItem, owner string) []error {
+	errs := make([]error, len(items))
+	fill := func(idx []int, err error) {
+		for _, i := range idx {
+			errs[i] = err
+		}
+	}
+	all := make([]int, len(items))
+	for i := range all {
+		all[i] = i
+	}
+	staged := make([]*Staged, len(items))
+	nt := tb
+	for i, it := range items {
+		pay := it.r.payload(it.v)
+		st, at, err := nt.Stage(ctx, it.r.rec(it.v), bytes.NewReader(pay), int64(len(pay)))
+		if err == nil && i > 0 && at != nt {
+			err = fmt.Errorf("%w: the table was dropped and created again while staging", errForwardRefused)
+		}
+		if err != nil {
+			nt.discard(ctx, staged[:i])
+			fill(all, err)
+			return errs
+		}
+		nt, staged[i] = at, st
+	}
+	const self = "\x00self"
+	var owners []string
+	groups := map[string][]int{}
+	for i, it := range items {
+		name := owner
+		if name == "" {
+			o, err := nt.Owner(ctx, it.r.id)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			name = o.Writer
+			if o.Self {
+				name = self
+			}
+		}
+		if _, ok := groups[name]; !ok {
+			owners = append(owners, name)
+		}
+		groups[name] = append(groups[name], i)
+	}
+	for _, name := range owners {
+		idx := groups[name]
+		sts := make([]*Staged, len(idx))
+		ids := make([]string, len(idx))
+		for k, i := range idx {
+			sts[k], ids[k] = staged[i], items[i].r.id
+		}
+		var res []error
+		switch name {
+		case self:
+			_, err := nt.Commit(ctx, sts)
+			res = splitOutcome(nt, ids, err)
+		case "":
+			nt.discard(ctx, sts)
+			res = make([]error, len(idx))
+			for k := range res {
+				res[k] = fmt.Errorf("%w: no live owner", errForwardRefused)
+			}
+		default:
+			grp := make([]simItem, len(idx))
+			for k, i := range idx {
+				grp[k] = items[i]
+			}
+			res = w.forward(ctx, p, name, grp, sts)
+		}
+		for k, i := range idx {
+			errs[i] = res[k]
+		}
+	}
+	return errs
+}
+
+// forward sends staged records to the process of writer owner, which
+// commits them (the service's forwarding RPC), with the RPC's faults: the
+// request lost before it arrives (refused), no process of that name alive
+// (refused), the owner frozen or dying with the request (no answer in
+// time: unknown), the answer lost after the owner committed (unknown).
+func (w *simWorld) forward(ctx context.Context, from *simProc, owner string, items []simItem, sts []*Staged) []error {
+	out := make([]error, len(items))
+	all := func(err error) []error {
+		for i := range out {
+			out[i] = err
+		}
+		return out
+	}
+	var target *simProc
+	for _, q := range w.procs {
+		if q.shard == owner && !q.dead {
+			target = q // the newest process of that name has its address
+		}
+	}
+	switch {
+	case target == nil:
+		return all(fmt.Errorf("%w: no process of %s is alive", errForwardRefused, owner))
+	case target.closing:
+		return all(fmt.Errorf("%w: %s is shutting down", errForwardRefused, owner))
+	case w.faults && w.rng.Float64() < w.pForward:
+		return all(fmt.Errorf("%w: the request to %s was lost", errForwardRefused, owner))
+	}
+	loseAnswer := w.faults && w.rng.Float64() < w.pForward
+	// Only the records travel: each a copy, as over the wire.
+	wire := make([]*Staged, len(sts))
+	ids := make([]string, len(sts))
+	for i, st := range sts {
+		c := *st
+		c.Record.Payload = bytes.Clone(st.Record.Payload)
+		c.Record.Metadata = bytes.Clone(st.Record.Metadata)
+		wire[i], ids[i] = &c, st.Record.ID
+	}
+	for _, it := range items {
+		it.r.pending++ // until the owner's commit ends, however late
+	}
+	done := from.p.NewEvent()
+	var res []error
+	task := "forwarded"
+	if w.faults && w.rng.Float64() < w.pForward/2 {
+		task = "forwarded (its owner freezes)"
+	}
+	w.start(target, task, func(ctx context.Context, tp *simProc) {
+		if task != "forwarded" {
+			// The owner freezes with the request in hand, before or
+			// while committing it: the sender's wait runs out.
+			w.freezeProc(tp)
+			tp.p.Point("")
+		}
+		defer func() {
+			for _, it := range items {
+				it.r.pending--
+			}
+			done.Fire()
+		}()
+		tb, err := w.table(ctx, tp)
+		if err == nil {
+			_, err = tb.Commit(ctx, wire)
+		}
+		res = splitOutcome(tb, ids, err)
+	})
+	timeout := from.p.After(30 * time.Second)
+	i, err := from.p.Wait(ctx, done, timeout)
+	sched.Stop(timeout)
+	switch {
+	case err != nil:
+		return all(err)
+	case i != 0:
+		return all(fmt.Errorf("%w: no answer from %s in time", errForwardUnknown, owner))
+	case loseAnswer:
+		return all(fmt.Errorf("%w: the answer from %s was lost", errForwardUnknown, owner))
+	}
+	return res
 }
 
 // checkFound checks a row read back: its content, and that it may exist.
@@ -655,11 +1124,12 @@ func (w *simWorld) checkFound(what string, id string, rec *Record, start, end in
 		w.problem("%s: %q was never written", what, id)
 		return
 	}
-	want := simRecord(id)
-	if rec.RolloutID != want.RolloutID || rec.Sequence != want.Sequence || rec.PayloadSize != int64(r.size) ||
-		rec.PayloadSHA256 != sha(payloadFor(id, r.size)) {
+	v := r.variantOf(rec)
+	if v < 0 {
 		w.problem("%s: %q read back as %+v", what, id, rec)
+		return
 	}
+	w.noteVariant(what, r, v)
 	// Another process learns of a drop at its next refresh, within
 	// ResidentMaxAge.
 	noticed := w.timeOf(w.dropEnd).Add(time.Second)
@@ -668,6 +1138,23 @@ func (w *simWorld) checkFound(what string, id string, rec *Record, start, end in
 	}
 	if r.seenAt == 0 || end < r.seenAt {
 		r.seenAt = end
+	}
+}
+
+// noteVariant checks the content variant v a read returned for r: the
+// acknowledged one, and always the same one.
+func (w *simWorld) noteVariant(what string, r *simRow, v int) {
+	if r.variants < 2 || !w.variantRules(r) {
+		return
+	}
+	if r.ackedVar >= 0 && v != r.ackedVar {
+		w.problem("%s: %q read back as variant %d, but variant %d was acknowledged (event %d)", what, r.id, v, r.ackedVar, r.ackedAt)
+	}
+	if r.seenVar >= 0 && v != r.seenVar {
+		w.problem("%s: %q read back as variant %d, after variant %d was read (event %d)", what, r.id, v, r.seenVar, r.seenAt)
+	}
+	if r.seenVar < 0 {
+		r.seenVar = v
 	}
 }
 
@@ -714,9 +1201,13 @@ func (w *simWorld) checkRead(what string, r *simRow, rec *Record, err error, sta
 func (w *simWorld) opPayload(ctx context.Context, p *simProc) {
 	r := w.someRow()
 	off, n := int64(0), int64(-1)
-	if r.size > 0 && w.rng.IntN(2) == 0 {
-		off = int64(w.rng.IntN(r.size))
-		n = int64(w.rng.IntN(r.size - int(off) + 1))
+	size := r.size // a range that fits every variant's payload
+	if r.variants > 1 {
+		size = min(size, r.altSize)
+	}
+	if size > 0 && w.rng.IntN(2) == 0 {
+		off = int64(w.rng.IntN(size))
+		n = int64(w.rng.IntN(size - int(off) + 1))
 	}
 	start := w.tick()
 	tb, err := w.table(ctx, p)
@@ -731,16 +1222,32 @@ func (w *simWorld) opPayload(ctx context.Context, p *simProc) {
 	}
 	end := w.tick()
 	if err == nil {
-		want := payloadFor(r.id, r.size)
-		if n < 0 {
-			n = int64(r.size) - off
+		if w.rows[r.id] == nil {
+			w.problem("payload %q: was never written", r.id)
+			return
 		}
-		if w.rows[r.id] == nil || int64(len(want)) < off+n || !bytes.Equal(data, want[off:off+n]) {
+		// Which content it is: the description's size and checksum (two
+		// empty payloads do not tell).
+		v, matches := -1, 0
+		for i := 0; i < r.variants; i++ {
+			if pl.Record.PayloadSize == int64(len(r.payload(i))) && pl.Record.PayloadSHA256 == sha(r.payload(i)) {
+				v, matches = i, matches+1
+			}
+		}
+		if v < 0 {
+			w.problem("payload %q: wrong size or checksum in its description", r.id)
+			return
+		}
+		want := r.payload(v)
+		if n < 0 {
+			n = int64(len(want)) - off
+		}
+		if int64(len(want)) < off+n || !bytes.Equal(data, want[off:off+n]) {
 			w.problem("payload %q [%d,+%d): %d wrong bytes", r.id, off, n, len(data))
 			return
 		}
-		if pl.Record.PayloadSHA256 != sha256.Sum256(want) {
-			w.problem("payload %q: wrong checksum in its description", r.id)
+		if matches == 1 {
+			w.noteVariant("payload", r, v)
 		}
 		if r.seenAt == 0 || end < r.seenAt {
 			r.seenAt = end
@@ -816,6 +1323,10 @@ func (w *simWorld) opScan(ctx context.Context, p *simProc) {
 		for rd.Next() {
 			b := rd.RecordBatch()
 			ids := b.Column(b.Schema().FieldIndices("id")[0]).(*array.String)
+			rollouts := b.Column(b.Schema().FieldIndices("rollout_id")[0]).(*array.String)
+			seqs := b.Column(b.Schema().FieldIndices("sequence")[0]).(*array.Int64)
+			sizes := b.Column(b.Schema().FieldIndices("payload_size")[0]).(*array.Int64)
+			sums := b.Column(b.Schema().FieldIndices("payload_sha256")[0]).(*array.FixedSizeBinary)
 			pay := b.Column(b.Schema().FieldIndices("payload")[0]).(*array.Binary)
 			for i := 0; i < int(b.NumRows()); i++ {
 				id := ids.Value(i)
@@ -825,7 +1336,15 @@ func (w *simWorld) opScan(ctx context.Context, p *simProc) {
 					w.problem("scan: %q was never written", id)
 					continue
 				}
-				if withPayloads && (!pay.IsValid(i) || !bytes.Equal(pay.Value(i), payloadFor(id, r.size))) {
+				rec := Record{ID: id, RolloutID: rollouts.Value(i), Sequence: seqs.Value(i), PayloadSize: sizes.Value(i)}
+				copy(rec.PayloadSHA256[:], sums.Value(i))
+				v := r.variantOf(&rec)
+				if v < 0 {
+					w.problem("scan: %q read back as %+v", id, rec)
+					continue
+				}
+				w.noteVariant("scan", r, v)
+				if withPayloads && (!pay.IsValid(i) || !bytes.Equal(pay.Value(i), r.payload(v))) {
 					w.problem("scan: payload of %q wrong", id)
 				}
 				if !withPayloads && pay.IsValid(i) {
@@ -1042,11 +1561,12 @@ func (w *simWorld) finalRead(ctx context.Context, p *simProc, when string) {
 		case err == nil:
 			t := w.tick()
 			w.checkFound(when, id, rec, t, t)
-			if r.attempts > 0 && r.refused == r.attempts {
-				w.problem("%s: %q is visible, but every attempt to write it was refused", when, id)
+			v := max(r.variantOf(rec), 0)
+			if r.varAttempts[v] > 0 && r.varRefused[v] == r.varAttempts[v] {
+				w.problem("%s: %q is visible (variant %d), but every attempt to write it was refused", when, id, v)
 			}
 			data, err := readPayload(tb, id)
-			if err != nil || !bytes.Equal(data, payloadFor(id, r.size)) {
+			if err != nil || !bytes.Equal(data, r.payload(v)) {
 				w.problem("%s: payload of %q: %v (%d bytes)", when, id, err, len(data))
 			}
 		case errors.Is(err, ErrNotFound):
@@ -1140,6 +1660,17 @@ func (s *simStore) Head(ctx context.Context, key string) (objstore.Attrs, error)
 func (s *simStore) Put(ctx context.Context, key string, r io.Reader, opts objstore.PutOptions) (objstore.Attrs, error) {
 	if err := s.enter("put", key); err != nil {
 		return objstore.Attrs{}, err
+	}
+	if *simDebug != "" && strings.Contains(key, "/wal/") && !strings.HasSuffix(key, ".json") {
+		data, _ := io.ReadAll(r)
+		r = bytes.NewReader(data)
+		if recs, derr := rowfile.Decode(data, false); derr == nil {
+			for _, rec := range recs {
+				if rec.ID == *simDebug {
+					fmt.Printf("DEBUG %s: segment %s by %s (event %d)\n", rec.ID, key, s.sp.name, s.w.events)
+				}
+			}
+		}
 	}
 	a, err := s.inner.Put(ctx, key, r, opts)
 	if err == nil && strings.HasSuffix(key, "/_head.json") {

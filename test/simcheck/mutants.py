@@ -57,6 +57,12 @@ MUTANTS = [
      "engine/snapshot.go", "db.layouts.Add(t.keys.Segment(name, gen, h.Segs), lay,", "db.layouts.Add(t.keys.Segment(name, gen, h.Segs+1), lay,"),
     ("13-fenced-owner-deregisters", "a fenced owner's late registry update removes its successor: the shard looks idle while it commits",
      "engine/registry.go", "\t\t\tif x.Name == writer || (only && x.Gen < gen) {\n", "\t\t\tif x.Name == writer || only {\n"),
+    ("14-ack-into-unowned-partition", "a process acknowledges appends of partitions it does not own, into a shard of its own (as in a table without partitions): two pods receiving one id both acknowledge",
+     "engine/writer.go", "\t\tif !o.Self {\n\t\t\treturn nil, &NotOwnerError{Owner: o}\n\t\t}\n",
+     "\t\tif !o.Self {\n\t\t\tshard = t.db.cfg.Shard // not its partition: into its own shard instead of refusing\n\t\t}\n"),
+    ("15-handover-skips-seal", "a new owner claims the next generation without sealing (fencing) the previous owner's open one: a commit of the old owner racing the claim is left out of the seal record",
+     "engine/takeover.go", "\t\tif !h.Sealed {\n\t\t\tif err := t.db.point(ctx, hookBeforeFence); err != nil {\n",
+     "\t\tif !h.Sealed {\n\t\t\th.Sealed = true // not fenced: the seal record is built from the count read\n\t\t}\n\t\tif false {\n\t\t\tif err := t.db.point(ctx, hookBeforeFence); err != nil {\n"),
 ]
 
 
