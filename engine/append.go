@@ -145,6 +145,19 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 		return nil, fmt.Errorf("%w: %d rows exceeds %d", ErrTooLarge, len(items), t.db.cfg.SegmentMaxRows)
 	}
 	for i, st := range items {
+		if inc, ok := t.tableKeys.ParseIncarnation(st.Record.PayloadRef); ok && inc != t.keys.Name() {
+			// Staged in another incarnation of the table: one of the two
+			// processes has not noticed a drop yet. If this handle is the
+			// stale one, the append belongs to the current incarnation.
+			nt, _, err := t.db.tableNow(ctx, t.tableKeys)
+			if err == nil && nt.keys.Name() == inc {
+				return nt.Commit(ctx, items)
+			}
+			if err != nil && !errors.Is(err, ErrTableNotFound) {
+				return nil, err
+			}
+			return nil, &BatchError{Index: i, Err: fmt.Errorf("%w: %s was dropped while the append was forwarded", ErrTableNotFound, t.Name())}
+		}
 		if err := t.checkStaged(ctx, st); err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
@@ -255,12 +268,23 @@ func (t *Table) commitGroup(ctx context.Context, shard string, items []*Staged, 
 			uploaded = st.Uploaded
 		}
 	}
-	w, err := t.writerFor(ctx, shard)
-	if err != nil {
-		t.discard(ctx, itemsAt(items, idx))
-		return &BatchError{Index: idx[0], Err: err}
+	var res []AppendResult
+	var queued bool
+	var err error
+	for attempt := 0; ; attempt++ {
+		var w *shardWriter
+		if w, err = t.writerFor(ctx, shard); err != nil {
+			t.discard(ctx, itemsAt(items, idx))
+			return &BatchError{Index: idx[0], Err: err}
+		}
+		res, queued, err = w.submit(ctx, recs, given, uploaded)
+		// A writer handed over (or closed) before it took the rows: they
+		// go to the partition's writer now, here or, NotOwnerError, not.
+		if err != nil && !queued && errors.Is(err, ErrClosed) && attempt < 2 && t.partitions > 0 {
+			continue
+		}
+		break
 	}
-	res, queued, err := w.submit(ctx, recs, given, uploaded)
 	if err != nil {
 		if !queued {
 			t.discard(ctx, itemsAt(items, idx))
