@@ -57,6 +57,9 @@ MUTANTS = [
      "engine/snapshot.go", "db.layouts.Add(t.keys.Segment(name, gen, h.Segs), lay,", "db.layouts.Add(t.keys.Segment(name, gen, h.Segs+1), lay,"),
     ("13-fenced-owner-deregisters", "a fenced owner's late registry update removes its successor: the shard looks idle while it commits",
      "engine/registry.go", "\t\t\tif x.Name == writer || (only && x.Gen < gen) {\n", "\t\t\tif x.Name == writer || only {\n"),
+    ("14-read-retry-keeps-first-record", "a payload body resumed after its file vanished reads the row's new file at the first attempt's span",
+     "engine/read.go", "\t\tp.from(loc)\n\t\trc, err := t.openSpan(ctx, p.span, p.Offset+p.read, p.Length-p.read)\n",
+     "\t\tp.span.key = spanOf(loc).key // the first attempt's offset, in the new file\n\t\trc, err := t.openSpan(ctx, p.span, p.Offset+p.read, p.Length-p.read)\n"),
 ]
 
 
