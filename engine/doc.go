@@ -150,6 +150,14 @@
 //     a file still missing is ErrMissingFile, never a silent not-found
 //     (lists and scans alike), unless the table was dropped meanwhile:
 //     then the drop is the answer.
+//   - A retry serves what the row found on that attempt says, and nothing
+//     of an earlier attempt's row: its file, span, size, checksum and
+//     content type. A payload body that resumes mid-stream checks the row
+//     against what it already served (the description, the bytes so far):
+//     the same payload continues at the same offset of the payload, read
+//     from the new row's own span; another payload under the id (two
+//     shards acknowledged it at once, and the merge kept the other copy)
+//     is ErrRowChanged, never a mix of the two.
 //   - The resident snapshot serves reads without a refresh for at most
 //     ResidentMaxAge, so another process's drop (or merge) is noticed
 //     within it; a read that meets a dropped incarnation is served by the

@@ -21,6 +21,13 @@ var (
 	// ErrMissingFile: a file the read needed stayed missing after the
 	// bounded retries; never reported as ErrNotFound.
 	ErrMissingFile = errors.New("file missing after bounded retries")
+	// ErrRowChanged: a payload read that had to find its row again (its
+	// file vanished under it) found the id with another payload (size,
+	// checksum or content type) than the one it had begun to serve. Ids
+	// are immutable, but two shards can acknowledge one id at once, each
+	// with its own content, and a merge keeps one copy: the read stops
+	// rather than serve a mix of the two. Retrying the read is safe.
+	ErrRowChanged = errors.New("row changed under the read")
 	// ErrOverloaded: a cap was hit (in-flight bytes, back-pressure); retry later.
 	ErrOverloaded = errors.New("overloaded, retry later")
 	// ErrBackpressure: appends are refused while too many generations wait

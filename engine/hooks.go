@@ -89,6 +89,9 @@ const (
 	// hookScanSnapshot fires after a scan chose its snapshot, before it reads
 	// any row.
 	hookScanSnapshot = "scan:snapshot"
+	// hookListSnapshot fires after each attempt at a list page chose its
+	// snapshot, before it reads any row.
+	hookListSnapshot = "list:snapshot"
 )
 
 // point is a named step: tests pause or fail there, and the simulator may

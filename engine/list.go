@@ -167,6 +167,9 @@ func (t *Table) list(ctx context.Context, opts ListOptions) (ListPage, error) {
 		if err != nil {
 			return ListPage{}, err
 		}
+		if err := t.db.point(ctx, hookListSnapshot); err != nil {
+			return ListPage{}, err
+		}
 		page, err := t.listPage(ctx, s, after, withWAL, opts)
 		if errors.Is(err, objstore.ErrNotFound) && opts.Version > 0 {
 			return ListPage{}, fmt.Errorf("%w: version %d: %w", ErrVersionGone, opts.Version, err)
@@ -416,7 +419,7 @@ func (t *Table) scanRowAt(ctx context.Context, loc location, opts ScanOptions, m
 	if err != nil || !opts.WithPayloads || rec.PayloadSize > MaxScanPayload {
 		return rec, err // without payloads, or too large to inline: payload null
 	}
-	rc, err := t.openSpan(ctx, loc, 0, rec.PayloadSize)
+	rc, err := t.openSpan(ctx, spanOf(loc), 0, rec.PayloadSize)
 	if err != nil {
 		return nil, err
 	}

@@ -445,9 +445,27 @@ type Payload struct {
 	t        *Table
 	opts     ReadOptions
 	attempts int
+	span     payloadSpan // where the body reads from: the row the latest attempt found
 	rc       io.ReadCloser
 	read     int64
 	release  func()
+	reserved int64 // what release gives back
+}
+
+// payloadSpan is where a row's payload bytes are: its own object, or the
+// span of the file that holds the row. Two copies of one row (in a WAL
+// segment and in the base) have the same payload at different spans, so a
+// span is only ever used with the file of the row it was taken from.
+type payloadSpan struct {
+	key string
+	off int64 // of the payload's first byte in key
+}
+
+func spanOf(loc location) payloadSpan {
+	if loc.loc.Ref != "" {
+		return payloadSpan{key: loc.loc.Ref}
+	}
+	return payloadSpan{key: loc.key, off: loc.loc.POff}
 }
 
 // payloadRecord is what a row's location says about its payload.
@@ -457,12 +475,24 @@ func payloadRecord(loc location) *Record {
 		CreatedAt: time.UnixMicro(l.CreatedAt).UTC(), PayloadRef: l.Ref}
 }
 
+// SamePayload reports whether a and b describe the same payload as a
+// reader of it sees it: the same bytes (size and checksum) under the same
+// content type. Ids are immutable, so two rows of one id normally agree;
+// they do not when two shards acknowledged the id at once, each with its
+// own payload, and a read that found one copy and then the other must not
+// serve a mix of the two.
+func SamePayload(a, b *Record) bool {
+	return a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.ContentType == b.ContentType
+}
+
 // OpenPayload opens length bytes of a payload from offset (length < 0: to
 // the end). What the response needs is in the row's location, so the
 // payload's bytes are the only request: served from the payload cache
 // when hot, else streamed from the store. If the file under the read is
 // reclaimed mid-stream, the read resumes from the row's new home at the
-// same offset, within the same bounded retries.
+// same offset, within the same bounded retries; if the row found there is
+// another payload than the one being served, the read fails with
+// ErrRowChanged.
 func (t *Table) OpenPayload(ctx context.Context, id string, offset, length int64, opts ReadOptions) (*Payload, error) {
 	p, err := t.openPayload(ctx, id, offset, length, opts)
 	return onSuccessor(ctx, t, p, err, func(nt *Table) (*Payload, error) {
@@ -476,45 +506,41 @@ func (t *Table) openPayload(ctx context.Context, id string, offset, length int64
 	}
 	p := &Payload{t: t, opts: opts}
 	err := t.withRow(ctx, id, opts, &p.attempts, func(ctx context.Context, loc location) error {
-		if p.Record == nil {
-			rec := payloadRecord(loc)
-			if offset < 0 || offset > rec.PayloadSize {
-				return &RangeError{Size: rec.PayloadSize}
-			}
-			n := rec.PayloadSize - offset
-			if length >= 0 && length < n {
-				n = length
-			}
-			p.Record, p.Offset, p.Length = rec, offset, n
+		// Everything the open serves comes from the row this attempt
+		// found. An earlier attempt committed nothing to the caller, and
+		// the row it found may have been another copy, elsewhere: its
+		// description, range and span do not carry over.
+		p.closeBody()
+		rec := payloadRecord(loc)
+		if offset < 0 || offset > rec.PayloadSize {
+			return &RangeError{Size: rec.PayloadSize}
 		}
+		n := rec.PayloadSize - offset
+		if length >= 0 && length < n {
+			n = length
+		}
+		p.Record, p.Offset, p.Length, p.Cached = rec, offset, n, false
+		p.from(loc)
 		if err := t.db.point(ctx, hookReadRowRead); err != nil {
 			return err
 		}
-		if data, ok, err := t.cachedPayload(ctx, loc); err != nil {
+		if data, ok, err := t.cachedPayload(ctx, p.span, rec); err != nil {
 			return err
 		} else if ok {
+			p.unreserve() // cached bytes are not in flight
 			p.Cached = true
-			p.rc = io.NopCloser(bytes.NewReader(data[p.Offset+p.read : p.Offset+p.Length]))
+			p.rc = io.NopCloser(bytes.NewReader(data[p.Offset : p.Offset+p.Length]))
 			return nil
 		}
-		if p.release == nil {
-			release, err := t.db.budget.reserve(p.Length)
-			if err != nil {
-				t.db.stats.ReadOverloaded.Add(1)
-				return err
-			}
-			p.release = release
+		if err := p.reserve(p.Length); err != nil {
+			return err
 		}
-		rc, err := t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
+		rc, err := t.openSpan(ctx, p.span, p.Offset, p.Length)
 		if err != nil {
 			return err
 		}
-		if err := t.db.point(ctx, hookPayloadOpened); err != nil {
-			rc.Close()
-			return err
-		}
 		p.rc = rc
-		return nil
+		return t.db.point(ctx, hookPayloadOpened)
 	})
 	if err != nil {
 		p.Close()
@@ -523,27 +549,64 @@ func (t *Table) openPayload(ctx context.Context, id string, offset, length int64
 	return p, nil
 }
 
-// cachedPayload returns a whole payload small enough for the payload
-// cache, from the cache or fetched (one GET) and checked against its
-// checksum. ok is false for payloads the cache does not take.
-func (t *Table) cachedPayload(ctx context.Context, loc location) ([]byte, bool, error) {
+// from points the read's body at the row loc that the current attempt
+// found: its file, at its span.
+func (p *Payload) from(loc location) {
+	p.span = spanOf(loc)
+}
+
+// reserve holds n bytes of the in-flight budget for the read, replacing
+// what an earlier attempt held for another length.
+func (p *Payload) reserve(n int64) error {
+	if p.release != nil && p.reserved == n {
+		return nil
+	}
+	p.unreserve()
+	release, err := p.t.db.budget.reserve(n)
+	if err != nil {
+		p.t.db.stats.ReadOverloaded.Add(1)
+		return err
+	}
+	p.release, p.reserved = release, n
+	return nil
+}
+
+func (p *Payload) unreserve() {
+	if p.release != nil {
+		p.release()
+		p.release, p.reserved = nil, 0
+	}
+}
+
+func (p *Payload) closeBody() {
+	if p.rc != nil {
+		p.rc.Close()
+		p.rc = nil
+	}
+}
+
+// cachedPayload returns the whole payload rec describes, small enough for
+// the payload cache, from the cache or fetched from sp (one GET) and
+// checked against its checksum. ok is false for payloads the cache does
+// not take.
+func (t *Table) cachedPayload(ctx context.Context, sp payloadSpan, rec *Record) ([]byte, bool, error) {
 	cfg := t.db.cfg
-	l := loc.loc
-	if cfg.PayloadCacheBytes <= 0 || l.Size > cfg.PayloadCacheMaxItem || l.Size > cfg.PayloadCacheBytes/4 {
+	size := rec.PayloadSize
+	if cfg.PayloadCacheBytes <= 0 || size > cfg.PayloadCacheMaxItem || size > cfg.PayloadCacheBytes/4 {
 		return nil, false, nil
 	}
-	data, err := t.db.payloads.GetOrLoad(ctx, payloadKey{sum: l.SHA256, size: l.Size}, func(ctx context.Context) ([]byte, int64, error) {
-		rc, err := t.openSpan(ctx, loc, 0, l.Size)
+	data, err := t.db.payloads.GetOrLoad(ctx, payloadKey{sum: rec.PayloadSHA256, size: size}, func(ctx context.Context) ([]byte, int64, error) {
+		rc, err := t.openSpan(ctx, sp, 0, size)
 		if err != nil {
 			return nil, 0, err
 		}
 		defer rc.Close()
-		buf := make([]byte, l.Size)
+		buf := make([]byte, size)
 		if _, err := io.ReadFull(rc, buf); err != nil {
-			return nil, 0, readErr(loc.key, err)
+			return nil, 0, readErr(sp.key, err)
 		}
-		if sha256.Sum256(buf) != l.SHA256 {
-			return nil, 0, fmt.Errorf("%w: payload of %q does not match its checksum", rowfile.ErrCorrupt, l.ID)
+		if sha256.Sum256(buf) != rec.PayloadSHA256 {
+			return nil, 0, fmt.Errorf("%w: payload of %q does not match its checksum", rowfile.ErrCorrupt, rec.ID)
 		}
 		return buf, int64(len(buf)) + 64, nil
 	})
@@ -553,14 +616,12 @@ func (t *Table) cachedPayload(ctx context.Context, loc location) ([]byte, bool, 
 	return data, true, nil
 }
 
-func (t *Table) openSpan(ctx context.Context, loc location, off, n int64) (io.ReadCloser, error) {
+// openSpan opens n bytes of the payload at sp from off.
+func (t *Table) openSpan(ctx context.Context, sp payloadSpan, off, n int64) (io.ReadCloser, error) {
 	if n == 0 {
 		return io.NopCloser(bytes.NewReader(nil)), nil
 	}
-	if loc.loc.Ref != "" {
-		return t.db.store.GetRange(ctx, loc.loc.Ref, off, n)
-	}
-	return t.db.store.GetRange(ctx, loc.key, loc.loc.POff+off, n)
+	return t.db.store.GetRange(ctx, sp.key, sp.off+off, n)
 }
 
 // ReadContext reads with ctx used for any re-open after a mid-stream loss.
@@ -598,11 +659,9 @@ func (p *Payload) Read(b []byte) (int, error) { return p.ReadContext(context.Bac
 // reopen finds the row again after its file vanished mid-stream and opens
 // the rest of the range there. Every reopen counts as an attempt, whether
 // or not the open succeeds, so a body that keeps failing ends in
-// ErrMissingFile after the bounded retries. The content is immutable, which
-// the checksum comparison enforces.
+// ErrMissingFile after the bounded retries.
 func (p *Payload) reopen(ctx context.Context, cause error) error {
-	p.rc.Close()
-	p.rc = nil
+	p.closeBody()
 	var err error
 	if p.attempts >= maxRetries {
 		err = p.t.missing(ctx, fmt.Errorf("%w: payload of %q after %d attempts: %w", ErrMissingFile, p.Record.ID, p.attempts+1, cause))
@@ -622,17 +681,26 @@ func (p *Payload) reopen(ctx context.Context, cause error) error {
 
 // resume opens the rest of the range wherever t holds the row now;
 // dropped says t is a later incarnation than the one the read began on.
+//
+// The caller has the payload's description and its first p.read bytes:
+// the rest must be the same payload, or the body would disagree with what
+// was already served. The row found now may be elsewhere (merged into the
+// base, a data file rewritten) at another span of another file, so the
+// rest is read from that row's own span, at the same offset in the
+// payload.
 func (p *Payload) resume(ctx context.Context, t *Table, dropped bool) error {
 	want := p.Record
 	return t.withRow(ctx, want.ID, p.opts, &p.attempts, func(ctx context.Context, loc location) error {
-		if loc.loc.SHA256 != want.PayloadSHA256 || loc.loc.Size != want.PayloadSize {
+		if got := payloadRecord(loc); !SamePayload(got, want) {
 			if dropped {
 				// A new incarnation's row of the same id: not this payload.
 				return fmt.Errorf("%w: %q (the table was dropped and created again while its payload was read)", ErrNotFound, want.ID)
 			}
-			return fmt.Errorf("%w: payload of %q changed identity while reading", rowfile.ErrCorrupt, want.ID)
+			return fmt.Errorf("%w: payload of %q, %d of its bytes served: it was %d bytes (sha256 %x, %q), the row found now has %d (sha256 %x, %q)",
+				ErrRowChanged, want.ID, p.read, want.PayloadSize, want.PayloadSHA256[:8], want.ContentType, got.PayloadSize, got.PayloadSHA256[:8], got.ContentType)
 		}
-		rc, err := t.openSpan(ctx, loc, p.Offset+p.read, p.Length-p.read)
+		p.from(loc)
+		rc, err := t.openSpan(ctx, p.span, p.Offset+p.read, p.Length-p.read)
 		if err != nil {
 			return err
 		}
@@ -648,9 +716,6 @@ func (p *Payload) Close() error {
 		err = p.rc.Close()
 		p.rc = nil
 	}
-	if p.release != nil {
-		p.release()
-		p.release = nil
-	}
+	p.unreserve()
 	return err
 }

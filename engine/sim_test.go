@@ -170,6 +170,13 @@ type simWorld struct {
 	// not replaced: a join may bring one back (the same identity).
 	departed   []string
 	nextWriter int
+	// breakBodies: a body whose object is deleted under it fails at its
+	// next read, as Azure's does when it resumes the read; otherwise it
+	// keeps serving what it had, as memory and a local file do. Either
+	// way every read of a body is a scheduling point, so a merge can
+	// commit and reclaim a generation while a payload streams from it,
+	// and the read resumes from the row's new home.
+	breakBodies bool
 
 	procs    []*simProc
 	driver   *sched.Proc
@@ -308,6 +315,7 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	w.pLose = []float64{0, 0.002, 0.01, 0.03}[w.rng.IntN(4)]
 	w.pPoison = []float64{0, 0, 0.001, 0.005}[w.rng.IntN(4)]
 	w.poisoned = map[string]int64{}
+	w.breakBodies = w.rng.IntN(4) > 0
 	w.pStall = []float64{0, 0, 0.05, 0.2}[w.rng.IntN(4)]
 	// Partitioned tables by default; some seeds keep a table without
 	// partitions (tables created before them must keep working).
@@ -1200,6 +1208,11 @@ func (w *simWorld) checkRead(what string, r *simRow, rec *Record, err error, sta
 
 func (w *simWorld) opPayload(ctx context.Context, p *simProc) {
 	r := w.someRow()
+	if len(w.order) > 0 && w.rng.IntN(2) == 0 {
+		// A recent row: likely still in a WAL generation, which a merge
+		// may reclaim while the payload streams from it.
+		r = w.rows[w.order[max(0, len(w.order)-1-w.rng.IntN(8))]]
+	}
 	off, n := int64(0), int64(-1)
 	size := r.size // a range that fits every variant's payload
 	if r.variants > 1 {
@@ -1217,7 +1230,27 @@ func (w *simWorld) opPayload(ctx context.Context, p *simProc) {
 		pl, err = tb.OpenPayload(ctx, r.id, off, n, ReadOptions{})
 	}
 	if err == nil {
-		data, err = io.ReadAll(readerCtx{ctx, pl})
+		// In small reads of random sizes, each a scheduling point of the
+		// body, by a client that may read slowly: merges commit and
+		// reclaim the file the payload streams from between its reads.
+		slow := w.rng.IntN(2) == 0
+		for {
+			chunk := make([]byte, 1+w.rng.IntN(1024))
+			var k int
+			k, err = pl.ReadContext(ctx, chunk)
+			data = append(data, chunk[:k]...)
+			if err != nil {
+				break
+			}
+			if slow && w.rng.IntN(3) == 0 {
+				if _, err = p.p.Wait(ctx, p.p.After(time.Duration(w.rng.IntN(1500))*time.Millisecond)); err != nil {
+					break
+				}
+			}
+		}
+		if err == io.EOF {
+			err = nil
+		}
 		pl.Close()
 	}
 	end := w.tick()
@@ -1246,6 +1279,9 @@ func (w *simWorld) opPayload(ctx context.Context, p *simProc) {
 			w.problem("payload %q [%d,+%d): %d wrong bytes", r.id, off, n, len(data))
 			return
 		}
+		if ct := r.rec(v).ContentType; pl.Record.ContentType != ct {
+			w.problem("payload %q: described with content type %q, not %q", r.id, pl.Record.ContentType, ct)
+		}
 		if matches == 1 {
 			w.noteVariant("payload", r, v)
 		}
@@ -1256,13 +1292,6 @@ func (w *simWorld) opPayload(ctx context.Context, p *simProc) {
 	}
 	w.checkRead("payload", r, nil, err, start, end)
 }
-
-type readerCtx struct {
-	ctx context.Context
-	p   *Payload
-}
-
-func (r readerCtx) Read(b []byte) (int, error) { return r.p.ReadContext(r.ctx, b) }
 
 func (w *simWorld) opList(ctx context.Context, p *simProc) {
 	start := w.tick()
@@ -1645,10 +1674,36 @@ func (s *simStore) GetRange(ctx context.Context, key string, off, n int64) (io.R
 		s.w.poisoned[key] = left
 	}
 	if poisoned {
-		return faulty.FailAfter(rc, left, fmt.Errorf("%s: %w: %w", key, objstore.ErrNotFound, errInjected)), nil
+		rc = faulty.FailAfter(rc, left, fmt.Errorf("%s: %w: %w", key, objstore.ErrNotFound, errInjected))
 	}
-	return rc, nil
+	return &simBody{s: s, key: key, rc: rc}, nil
 }
+
+// simBody is an open body of a ranged read (see simWorld.breakBodies).
+type simBody struct {
+	s   *simStore
+	key string
+	rc  io.ReadCloser
+}
+
+func (b *simBody) Read(p []byte) (int, error) {
+	if b.s.w.halted {
+		return 0, sched.ErrHalted
+	}
+	if b.s.w.trace {
+		b.s.proc.Point("read " + b.key)
+	} else {
+		b.s.proc.Point("")
+	}
+	if b.s.w.breakBodies {
+		if _, err := b.s.inner.Head(context.Background(), b.key); errors.Is(err, objstore.ErrNotFound) {
+			return 0, fmt.Errorf("%s: deleted while its body was read: %w", b.key, err)
+		}
+	}
+	return b.rc.Read(p)
+}
+
+func (b *simBody) Close() error { return b.rc.Close() }
 
 func (s *simStore) Head(ctx context.Context, key string) (objstore.Attrs, error) {
 	if err := s.enter("head", key); err != nil {

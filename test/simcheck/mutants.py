@@ -63,6 +63,9 @@ MUTANTS = [
     ("15-handover-skips-seal", "a new owner claims the next generation without sealing (fencing) the previous owner's open one: a commit of the old owner racing the claim is left out of the seal record",
      "engine/takeover.go", "\t\tif !h.Sealed {\n\t\t\tif err := t.db.point(ctx, hookBeforeFence); err != nil {\n",
      "\t\tif !h.Sealed {\n\t\t\th.Sealed = true // not fenced: the seal record is built from the count read\n\t\t}\n\t\tif false {\n\t\t\tif err := t.db.point(ctx, hookBeforeFence); err != nil {\n"),
+    ("16-read-retry-keeps-first-record", "a payload body resumed after its file vanished reads the row's new file at the first attempt's span",
+     "engine/read.go", "\t\tp.from(loc)\n\t\trc, err := t.openSpan(ctx, p.span, p.Offset+p.read, p.Length-p.read)\n",
+     "\t\tp.span.key = spanOf(loc).key // the first attempt's offset, in the new file\n\t\trc, err := t.openSpan(ctx, p.span, p.Offset+p.read, p.Length-p.read)\n"),
 ]
 
 

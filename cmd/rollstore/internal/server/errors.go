@@ -46,6 +46,7 @@ const (
 	codeFenced           = "fenced"
 	codeUnavailable      = "unavailable"
 	codeMissingFile      = "missing_file"
+	codeRowChanged       = "row_changed"
 	codeCorrupt          = "corrupt"
 	codeStoreAuth        = "store_auth"
 	codeStoreNotFound    = "store_not_found"
@@ -154,6 +155,10 @@ func classify(err error) outcome {
 		return outcome{http.StatusConflict, codeConflict, false}
 	case errors.Is(err, engine.ErrInvalidName), errors.Is(err, engine.ErrInvalid):
 		return outcome{http.StatusBadRequest, codeInvalidArgument, false}
+	case errors.Is(err, engine.ErrRowChanged):
+		// Two copies of the id exist (two shards acknowledged it at once)
+		// and the read met both: a new read finds one of them.
+		return outcome{http.StatusServiceUnavailable, codeRowChanged, true}
 	case errors.Is(err, engine.ErrMissingFile) && !errors.Is(err, context.Canceled):
 		// The engine's verdict after its bounded retries, which may carry
 		// every attempt's failure (a throttled or timed-out one among

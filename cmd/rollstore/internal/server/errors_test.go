@@ -64,6 +64,8 @@ func classifyCases() []classifyCase {
 		// The engine may report every attempt's failure under its verdict.
 		{fmt.Errorf("%w: k after 3 attempts: %w", engine.ErrMissingFile, errors.Join(objstore.ErrThrottled, context.DeadlineExceeded, objstore.ErrNotFound)),
 			500, codeMissingFile, false},
+		// Before any byte, a read that met two copies of an id is retried.
+		{fmt.Errorf("payload of %q: %w", "x", engine.ErrRowChanged), 503, codeRowChanged, true},
 		{rowfile.ErrCorrupt, 500, codeCorrupt, false},
 		{fmt.Errorf("%w: base manifest 3 claims version 4", engine.ErrCorruptObject), 500, codeCorrupt, false},
 		{objstore.ErrAuth, 502, codeStoreAuth, false},

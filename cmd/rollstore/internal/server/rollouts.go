@@ -332,6 +332,12 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer p.Close()
+	if rec != nil && !engine.SamePayload(rec, p.Record) {
+		// The conditions and the range were decided on the payload Stat
+		// described; the open found another under the id (two copies of
+		// it exist, and a merge or reclaim came between the two reads).
+		return fmt.Errorf("payload of %q: the open found another payload than the one its conditions were decided on: %w", id, engine.ErrRowChanged)
+	}
 	rec = p.Record
 	if !p.Cached {
 		// The engine reserved the payload's bytes from the server-wide
