@@ -342,6 +342,11 @@ func (t *Table) checkStaged(ctx context.Context, st *Staged) error {
 		// one HEAD is little next to its upload).
 		a, err := t.db.store.Head(ctx, rec.PayloadRef)
 		if errors.Is(err, objstore.ErrNotFound) {
+			// A drop deletes its incarnation's objects: then that is
+			// the answer, not the staged record.
+			if _, rerr := t.liveRegistry(ctx); rerr != nil {
+				return rerr
+			}
 			return fmt.Errorf("%w: payload object %q does not exist", ErrInvalid, rec.PayloadRef)
 		}
 		if err != nil {

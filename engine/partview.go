@@ -68,7 +68,9 @@ func (t *Table) refreshPartition(ctx context.Context, shard string, flight uint6
 	h, err := readHead(ctx, t.db, t.keys, shard)
 	switch {
 	case errors.Is(err, errNoHead):
-		h, err = head{}, nil
+		// A partition never written, or an incarnation whose drop
+		// deleted its heads: only the registry tells them apart.
+		return whole(false)
 	case err != nil:
 		return nil, err
 	case h.Dropped:
