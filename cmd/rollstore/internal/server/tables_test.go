@@ -38,8 +38,17 @@ func TestTables(t *testing.T) {
 	want(t, r, http.StatusOK, "")
 	var st engine.Status
 	r.decode(t, &st)
-	if st.Name != "runs" || st.PendingRows != 1 || len(st.Pending) != 1 || st.Pending[0].Shard != "test-0" {
+	if st.Name != "runs" || st.PendingRows != 1 || len(st.Pending) != 1 ||
+		st.Pending[0].Shard != engine.PartitionName(engine.PartitionOf("a", engine.DefaultPartitions)) {
 		t.Fatalf("status before merge: %s", r.body)
+	}
+	if st.Partitions != engine.DefaultPartitions || len(st.Owners) != st.Partitions {
+		t.Fatalf("status: %d partitions, %d owners", st.Partitions, len(st.Owners))
+	}
+	for i, o := range st.Owners {
+		if o.Partition != engine.PartitionName(i) || o.Writer != "test-0" {
+			t.Fatalf("owner %d: %+v, want test-0", i, o)
+		}
 	}
 	e.merge("runs")
 	e.do("GET", "/v1/tables/runs", nil).decode(t, &st)
