@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 )
 
@@ -27,7 +28,7 @@ func (c *Client) CreateTable(ctx context.Context, name string) error {
 // CreateTableWithPartitions creates an empty table of n hash partitions
 // (1 to 1024; CreateTable takes the server's --partitions).
 func (c *Client) CreateTableWithPartitions(ctx context.Context, name string, n int) error {
-	_, err := c.doJSON(ctx, http.MethodPut, tablePath(name)+"?partitions="+strconv.Itoa(n), nil, nil, http.StatusCreated)
+	_, err := c.doJSON(ctx, http.MethodPut, tablePath(name), url.Values{"partitions": {strconv.Itoa(n)}}, nil, http.StatusCreated)
 	return err
 }
 

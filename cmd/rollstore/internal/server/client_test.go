@@ -372,11 +372,11 @@ func TestClientEveryRoute(t *testing.T) {
 
 	// Merge, versions, pinned reads, a collected version.
 	st, err := c.TableStatus(ctx, "t")
-	if err != nil || st.Name != "t" || st.Version != 0 || st.PendingRows != int64(len(want)) || len(st.Pending) != 1 {
+	if err != nil || st.Name != "t" || st.Version != 0 || st.PendingRows != int64(len(want)) || len(st.Pending) == 0 || st.Partitions != engine.DefaultPartitions {
 		t.Fatalf("status before merge: %+v %v", st, err)
 	}
 	m1, err := c.Merge(ctx, "t")
-	if err != nil || m1.Version != 1 || m1.Rows != int64(len(want)) || len(m1.Merged) != 1 {
+	if err != nil || m1.Version != 1 || m1.Rows != int64(len(want)) || len(m1.Merged) != len(st.Pending) {
 		t.Fatalf("merge: %+v %v", m1, err)
 	}
 	if st, err := c.TableStatus(ctx, "t"); err != nil || st.Version != 1 || st.Rows != int64(len(want)) || st.PendingRows != 0 {
@@ -464,7 +464,10 @@ func TestClientEveryRoute(t *testing.T) {
 	apiErr(t, errOf(c.Versions(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 	apiErr(t, errOf(c.Merge(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 
-	if left := e.api.Unexercised(); len(left) > 0 {
+	// The internal commit endpoint is for writer pods, not the client;
+	// the forwarding tests (forward_test.go) check it against the file.
+	left := slices.DeleteFunc(e.api.Unexercised(), func(op string) bool { return op == "POST "+internalCommitPath })
+	if len(left) > 0 {
 		t.Errorf("operations of api/openapi.yaml the client never reached: %v", left)
 	}
 }
