@@ -264,6 +264,45 @@ func (s *Server) forwarding(tb *engine.Table) bool {
 	return s.db.Config().Shard != "" && tb.Partitions() > 0
 }
 
+// join makes a writer one of a partitioned table's members (the engine
+// joins on a table's first use; until then the others neither give this
+// writer partitions nor learn its address). A writer restarted under its
+// name must join at once: its old entry, with its old address, would
+// otherwise route its partitions to a dead address until it expired.
+func (s *Server) join(ctx context.Context, tb *engine.Table) error {
+	if !s.forwarding(tb) {
+		return nil
+	}
+	_, err := tb.Owners(ctx)
+	return err
+}
+
+// joinLoop joins every partitioned table, now and every interval, so a
+// writer joins tables created elsewhere before writes reach it.
+func (s *Server) joinLoop(ctx context.Context, interval time.Duration) {
+	if s.db.Config().Shard == "" {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if names, err := s.db.ListTables(ctx); err == nil {
+			for _, name := range names {
+				if tb, err := s.db.Table(ctx, name); err == nil {
+					if err := s.join(ctx, tb); err != nil && ctx.Err() == nil && !errors.Is(err, engine.ErrTableNotFound) {
+						s.log.Warn("joining the writers of a table", "table", name, "err", err)
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // appendOne stores one rollout: here if this process owns its partition,
 // else staged here and committed by the owner.
 func (s *Server) appendOne(ctx context.Context, tb *engine.Table, rec engine.Record, body io.Reader, size int64) (engine.AppendResult, error) {

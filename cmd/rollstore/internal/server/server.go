@@ -163,6 +163,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer stopMerger()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.RunMerger(mergeCtx) })
+	wg.Go(func() { s.joinLoop(mergeCtx, 2*time.Second) })
 	wg.Go(func() {
 		if err := s.warm(mergeCtx); err != nil {
 			s.log.Warn("loading tables at startup (readiness retries)", "err", err)

@@ -38,6 +38,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err := s.db.CreateTableWith(r.Context(), name, opts); err != nil {
 		return err
 	}
+	if tb, err := s.db.Table(r.Context(), name); err == nil {
+		_ = s.join(r.Context(), tb) // the others join within their join loop
+	}
 	w.Header().Set("Location", "/v1/tables/"+name)
 	writeJSON(w, http.StatusCreated, map[string]string{"name": name})
 	return nil
