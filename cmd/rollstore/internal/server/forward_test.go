@@ -472,3 +472,35 @@ func TestStagedWireRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardWithAuth: the internal endpoint is behind the API's tokens;
+// a pod forwards with its own token (the writers share them), and a
+// forward the owner refuses for its token is a 500 naming the cause, not
+// the owner's 401 passed on to a client whose token was good.
+func TestForwardWithAuth(t *testing.T) {
+	store := memory.New()
+	tok := func(s string) func(*envOptions) { return func(o *envOptions) { o.server.AuthTokens = []string{s} } }
+	a := newPod(t, store, "pod-a", tok("s3cret"))
+	b := newPod(t, store, "pod-b", tok("s3cret"))
+	bearer := []string{"Authorization", "Bearer s3cret"}
+	want(t, a.do("PUT", "/v1/tables/t", nil, bearer...), http.StatusCreated, "")
+	agreeOnOwners(t, "t", a, b)
+	want(t, b.do("POST", "/v1/internal/tables/t/commit", []byte(`{"items":[]}`), "Content-Type", "application/json"), http.StatusUnauthorized, codeUnauthorized)
+	want(t, b.do("POST", "/v1/internal/tables/t/commit", []byte(`{"items":[]}`), append([]string{"Content-Type", "application/json"}, bearer...)...), http.StatusBadRequest, codeInvalidArgument)
+
+	id := idsOwnedBy(t, a, "t", "auth", "pod-b", 1)[0]
+	put := func(p *pod, id string) response {
+		return p.do("PUT", rolloutURL("t", id), []byte("payload"), append([]string{"Rollstore-Record", `{"rollout_id":"r"}`, "Content-Type", "text/plain"}, bearer...)...)
+	}
+	want(t, put(a, id), http.StatusCreated, "")
+
+	// A writer with another token cannot forward to b.
+	c := newPod(t, store, "pod-c", tok("other"), func(o *envOptions) { o.server.AuthTokens = append(o.server.AuthTokens, "s3cret") })
+	agreeOnOwners(t, "t", a, b, c)
+	id2 := idsOwnedBy(t, c, "t", "auth2", "pod-b", 1)[0]
+	r := put(c, id2)
+	want(t, r, http.StatusInternalServerError, codeInternal)
+	if !strings.Contains(r.errMessage(), "token") {
+		t.Errorf("the 500 does not name the token: %s", r.body)
+	}
+}
