@@ -314,12 +314,16 @@ func (s *Server) appendOne(ctx context.Context, tb *engine.Table, rec engine.Rec
 		return engine.AppendResult{}, err
 	}
 	if o.Self {
-		res, err := tb.Append(ctx, rec, body, size)
+		tr := &touchedReader{r: body}
+		res, err := tb.Append(ctx, rec, tr, size)
 		var noe *engine.NotOwnerError
-		if !errors.As(err, &noe) {
+		if !errors.As(err, &noe) || tr.touched {
+			// A partition that moved after the body was read (the commit
+			// found it owned elsewhere): the payload is gone with the
+			// refused append; the client retries (503 not_owner).
 			return res, err
 		}
-		o = noe.Owner // it moved meanwhile; the body is unread
+		o = noe.Owner // it moved before the body was read: forward it
 	}
 	if err := forwardable(o); err != nil {
 		return engine.AppendResult{}, err
@@ -346,6 +350,17 @@ func (s *Server) appendOne(ctx context.Context, tb *engine.Table, rec engine.Rec
 		return engine.AppendResult{}, out.err
 	}
 	return *out.res[0], nil
+}
+
+// touchedReader notes whether anything read from r.
+type touchedReader struct {
+	r       io.Reader
+	touched bool
+}
+
+func (t *touchedReader) Read(p []byte) (int, error) {
+	t.touched = true
+	return t.r.Read(p)
 }
 
 // forwardable refuses an owner that cannot be forwarded to.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rollstore/rollstore/api/openapitest"
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/internal/hook"
 	"github.com/rollstore/rollstore/objstore"
 	"github.com/rollstore/rollstore/objstore/memory"
 	"github.com/rollstore/rollstore/objstore/metered"
@@ -503,4 +504,66 @@ func TestForwardWithAuth(t *testing.T) {
 	if !strings.Contains(r.errMessage(), "token") {
 		t.Errorf("the 500 does not name the token: %s", r.body)
 	}
+}
+
+// TestForwardPartitionMovedAfterBody: a PUT this pod owned when it began,
+// whose partition moves to another writer while its body is being stored,
+// is refused by the commit (not_owner); the body is read, so it is not
+// forwarded (there is nothing left to stage): the client gets 503 with
+// Retry-After, and its retry is forwarded to the new owner.
+func TestForwardPartitionMovedAfterBody(t *testing.T) {
+	store := memory.New()
+	hs := hook.NewSet()
+	a := newPod(t, store, "pod-a", func(o *envOptions) { o.engine.Hooks = hs.Func() })
+	b := newPod(t, store, "pod-b")
+	want(t, a.do("PUT", "/v1/tables/t", nil), http.StatusCreated, "")
+	agreeOnOwners(t, "t", a, b)
+	// Which of pod-a's partitions a third writer, pod-c, would take.
+	mine := idsOwnedBy(t, a, "t", "moved", "pod-a", 64)
+	c := newPod(t, store, "pod-c")
+	agreeOnOwners(t, "t", a, b, c)
+	var id string
+	for _, cand := range mine {
+		if c.owner("t", cand).Writer == "pod-c" {
+			id = cand
+			break
+		}
+	}
+	if id == "" {
+		t.Fatal("pod-c takes none of pod-a's partitions")
+	}
+	c.stop() // leaves: pod-a owns id's partition again
+	deadline := time.Now().Add(10 * time.Second)
+	for a.owner("t", id).Writer != "pod-a" || b.owner("t", id).Writer != "pod-a" {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's partition did not go back to pod-a", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gate := hs.Pause("write:after-payload")
+	payload := payloadOf("moved", 10<<10)
+	done := make(chan response, 1)
+	go func() { done <- a.put("t", id, payload) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := gate.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c = newPod(t, store, "pod-c") // back: it takes id's partition
+	want(t, c.do("GET", "/v1/tables/t", nil), http.StatusOK, "")
+	for a.owner("t", id).Writer != "pod-c" {
+		if time.Now().After(deadline) {
+			t.Fatalf("pod-a does not see pod-c own %s", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gate.Release()
+	r := <-done
+	want(t, r, http.StatusServiceUnavailable, codeNotOwner)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 not_owner without Retry-After")
+	}
+	hs.Reset()
+	want(t, a.put("t", id, payload), http.StatusCreated, "")
+	readBoth(t, id, payload, a, b, c)
 }
