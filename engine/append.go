@@ -145,7 +145,7 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 		return nil, fmt.Errorf("%w: %d rows exceeds %d", ErrTooLarge, len(items), t.db.cfg.SegmentMaxRows)
 	}
 	for i, st := range items {
-		if err := t.checkStaged(st); err != nil {
+		if err := t.checkStaged(ctx, st); err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
 	}
@@ -157,6 +157,16 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 			shards = append(shards, s)
 		}
 		groups[s] = append(groups[s], i)
+	}
+	if len(shards) > 1 {
+		// Checked as a whole first, so a conflict with a stored row, or a
+		// partition's merge backlog, refuses the whole batch; only an
+		// append racing it can leave one partition's rows committed and
+		// another's refused.
+		if err := t.Check(ctx, items); err != nil {
+			t.discard(ctx, items)
+			return nil, err
+		}
 	}
 	out := make([]AppendResult, len(items))
 	errs := make([]error, len(shards))
@@ -176,6 +186,39 @@ func (t *Table) Commit(ctx context.Context, items []*Staged) ([]AppendResult, er
 		return nil, first
 	}
 	return out, nil
+}
+
+// Check answers what committing items would answer for the rows already
+// visible and for the merge backlog, without writing: a conflict with a
+// stored row (a BatchError naming the item) or ErrBackpressure. A process
+// that splits a batch among partition owners checks it whole first.
+func (t *Table) Check(ctx context.Context, items []*Staged) error {
+	recs := make([]*Record, len(items))
+	for i, st := range items {
+		recs[i] = &st.Record
+	}
+	existing, snap, err := t.lookupMany(ctx, recs)
+	if err != nil {
+		return err
+	}
+	for i, st := range items {
+		if existing[i] == nil {
+			continue
+		}
+		if !rowfile.SameContent(existing[i], &st.Record) {
+			return &BatchError{Index: i, Err: fmt.Errorf("%w: %q", ErrConflict, st.Record.ID)}
+		}
+		if st.GivenAt && !existing[i].CreatedAt.Equal(st.Record.CreatedAt) {
+			return &BatchError{Index: i, Err: fmt.Errorf("%w: %q exists with created_at %s, not %s", ErrConflict,
+				st.Record.ID, formatAt(existing[i].CreatedAt), formatAt(st.Record.CreatedAt))}
+		}
+	}
+	for i, st := range items {
+		if err := t.backpressure(snap, t.PartitionOf(st.Record.ID)); err != nil {
+			return &BatchError{Index: i, Err: err}
+		}
+	}
+	return nil
 }
 
 // commitGroup commits the items at idx, all of partition shard, as one
@@ -259,7 +302,7 @@ func itemsAt(items []*Staged, idx []int) []*Staged {
 // checkStaged validates a staged append before it is committed: it may
 // come from another process, so its payload must be what it claims, and
 // its object one of this incarnation's payloads.
-func (t *Table) checkStaged(st *Staged) error {
+func (t *Table) checkStaged(ctx context.Context, st *Staged) error {
 	rec := &st.Record
 	if err := rec.Validate(); err != nil {
 		return err
@@ -270,6 +313,18 @@ func (t *Table) checkStaged(st *Staged) error {
 		}
 		if rec.Payload != nil {
 			return fmt.Errorf("%w: a payload both inline and an object", ErrInvalid)
+		}
+		// A row must never name a payload that is not there (it was large:
+		// one HEAD is little next to its upload).
+		a, err := t.db.store.Head(ctx, rec.PayloadRef)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("%w: payload object %q does not exist", ErrInvalid, rec.PayloadRef)
+		}
+		if err != nil {
+			return err
+		}
+		if a.Size != rec.PayloadSize {
+			return fmt.Errorf("%w: payload object %q has %d bytes, the record says %d", ErrInvalid, rec.PayloadRef, a.Size, rec.PayloadSize)
 		}
 		return nil
 	}

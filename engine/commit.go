@@ -257,7 +257,7 @@ func (w *shardWriter) checkBatch(ctx context.Context, batch []*appendReq) []*app
 	if len(all) == 0 {
 		return batch
 	}
-	existing, snap, err := w.t.lookupMany(ctx, all)
+	existing, snap, err := w.lookupOwned(ctx, all)
 	if err == nil {
 		err = w.t.db.point(ctx, hookChecked)
 	}
@@ -384,6 +384,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 		return t.noteGone(err)
 	}
 	nh.layout = "" // kept once, in the layouts cache
+	prev := w.head
 	w.head = nh
 	t.db.layouts.Add(key, lay, lay.MemSize())
 	if len(w.segs) == 0 {
@@ -392,7 +393,70 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	w.segs = append(w.segs, sealedSegment{Seq: seq, Size: int64(len(data)), Layout: lay})
 	w.genBytes += int64(len(data))
 	t.db.stats.Segments.Add(1)
+	w.publish(prev, segView{seq: seq, key: key, layout: lay})
 	return nil
+}
+
+// publish adds the segment this writer just counted to the resident
+// snapshot's view of its partition, when that view was at the head the
+// swap replaced (prev): the view then stays at the writer's head, and the
+// next commit's existence check needs no probe (see checkBatch).
+func (w *shardWriter) publish(prev head, seg segView) {
+	t := w.t
+	if t.partitions == 0 {
+		return
+	}
+	cur := t.snap.Load()
+	if cur == nil {
+		return
+	}
+	pv := cur.shards[w.shard]
+	if pv == nil || pv.head.etag == "" || pv.head.etag != prev.etag {
+		return
+	}
+	h := w.head
+	gens := append([]*genView(nil), pv.gens...)
+	var open []segView
+	if n := len(gens); n > 0 && gens[n-1].gen == h.Gen && !gens[n-1].sealed {
+		open = append(open, gens[n-1].segs...)
+		gens = gens[:n-1]
+	}
+	open = append(open, seg)
+	if uint64(len(open)) != h.Segs {
+		return // the view is not what the writer counted: leave it to a probe
+	}
+	gens = append(gens, newGenView(w.shard, h.Gen, false, open))
+	t.installPartition(cur, w.shard, &shardView{head: h, gens: gens})
+}
+
+// lookupOwned is lookupMany for the rows of the writer's own partition:
+// when the resident snapshot's view of it is at the writer's head, that
+// view holds every row of the partition (the base up to its watermark,
+// every generation since), and no probe is needed. A writer fenced
+// meanwhile may miss a row there, but cannot commit: its head swap fails.
+func (w *shardWriter) lookupOwned(ctx context.Context, recs []*Record) ([]*Record, *snapshot, error) {
+	t := w.t
+	s := t.snap.Load()
+	if t.partitions == 0 || s == nil || s.shards[w.shard] == nil || w.head.etag == "" || s.shards[w.shard].head.etag != w.head.etag {
+		return t.lookupMany(ctx, recs)
+	}
+	out := make([]*Record, len(recs))
+	for i, r := range recs {
+		loc, ok := s.find(r.ID)
+		if !ok {
+			continue
+		}
+		rec, err := t.readRow(ctx, loc)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return t.lookupMany(ctx, recs) // reclaimed: the recovering path
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = rec
+	}
+	t.db.stats.OwnedChecks.Add(1)
+	return out, s, nil
 }
 
 // lookupMany returns, for each record's id, the row a read beginning now
@@ -425,12 +489,40 @@ func (t *Table) lookupMany(ctx context.Context, recs []*Record) ([]*Record, *sna
 	if len(rest) == 0 {
 		return out, resident, nil
 	}
-	s, err := t.refreshed(ctx, ticket, false)
-	if err != nil {
-		return nil, nil, err
+	// In a partitioned table only the partitions of the ids not found are
+	// refreshed (a group commit's are one partition: one HEAD).
+	snaps := map[string]*snapshot{}
+	var s *snapshot
+	var err error
+	if t.partitions == 0 {
+		if s, err = t.refreshed(ctx, ticket, false); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		var parts []string
+		for _, i := range rest {
+			if p := t.PartitionOf(recs[i].ID); snaps[p] == nil {
+				snaps[p] = &snapshot{}
+				parts = append(parts, p)
+			}
+		}
+		got := make([]*snapshot, len(parts))
+		if err := sched.Parallel(ctx, t.db.rt, len(parts), 16, func(ctx context.Context, i int) error {
+			var err error
+			got[i], err = t.refreshedPartition(ctx, parts[i], ticket)
+			return err
+		}); err != nil {
+			return nil, nil, err
+		}
+		for i, p := range parts {
+			snaps[p] = got[i]
+		}
 	}
 	for _, i := range rest {
 		id := recs[i].ID
+		if t.partitions > 0 {
+			s = snaps[t.PartitionOf(id)]
+		}
 		loc, ok := s.find(id)
 		if !ok {
 			continue

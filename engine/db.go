@@ -23,6 +23,9 @@ type Record = rowfile.Record
 type DB struct {
 	store objstore.Bucket
 	cfg   Config
+	// proc names this process among the writers of partitioned tables
+	// (see memberEntry.Proc).
+	proc  string
 	rt    sched.Runtime
 	stats *Stats
 
@@ -82,6 +85,7 @@ func Open(store objstore.Bucket, cfg Config) (*DB, error) {
 		tables:   map[string]*Table{},
 		unsure:   map[string]string{},
 	}
+	db.proc = db.randomName()[:16]
 	db.resident = cache.New(max(cfg.CacheBytes/2, 1<<20),
 		cache.WithRuntime[*Table, *snapshot](rt),
 		// Only the evicted snapshot is dropped: a newer one installed

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,7 +150,7 @@ func testStaleHitServedWithoutRefreshMissRefreshes(t *testing.T, sc storeCase) {
 
 // A refresh already running when a read begins cannot be joined by it.
 func TestRefresherDoesNotJoinOlderFlight(t *testing.T) {
-	r := refresher{rt: sched.Real}
+	r := refresher{rt: sched.Real, seq: new(atomic.Uint64)}
 	release := make(chan struct{})
 	started := make(chan uint64, 4)
 	run := func(ctx context.Context, id uint64, _ bool) (*snapshot, error) {

@@ -13,6 +13,28 @@
 // merge, a writer that has not noticed, a cached seal record) can only
 // touch dead keys.
 //
+// # Partitions and owners
+//
+// A table's ids are hash-partitioned (PartitionOf: FNV-1a of the id,
+// modulo the partition count fixed at creation), and a partition is a
+// shard of the protocol below: its own head, generations, seal records and
+// merge watermark. Writers list themselves, with a heartbeat and the
+// address others forward to, in the incarnation's members object; the
+// owner of a partition is the rendezvous-hash winner among the live
+// writers. A process takes a partition (step 2) only when it is its owner
+// by the members as read just then, and an append whose partition it does
+// not own is refused with NotOwnerError before its body is read: the
+// service stores the payload (Stage) and forwards the record to the owner
+// (Commit). Partitions carry no lease: a writer restarted under its name
+// takes its partitions back at once, the head swap fencing its
+// predecessor, and a writer that joins gets its partitions handed over
+// (sealed and released) when the holder next reads the members.
+// Ownership is an agreement, not a lock; two processes that both take a
+// partition fence each other through its head, so an id is acknowledged
+// with one content: a partition's commits are one chain, and each one's
+// existence check (step 3) runs after every earlier commit of the chain.
+// Tables created before partitions keep one shard per writer process.
+//
 // # The WAL protocol
 //
 // Each shard has one writer at a time (its blob lease keeps two live

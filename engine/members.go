@@ -38,6 +38,11 @@ type memberList struct {
 type memberEntry struct {
 	Addr string    `json:"addr,omitempty"`
 	Beat time.Time `json:"beat"` // the writer's clock at its last heartbeat
+	// Proc names the process holding the entry: a process restarted under
+	// the writer's name takes the entry over, and its predecessor (a
+	// zombie that still runs) sees that it was replaced and takes no
+	// partition again.
+	Proc string `json:"proc"`
 }
 
 // Owner names the writer that owns a partition.
@@ -172,11 +177,33 @@ func (t *Table) members(ctx context.Context, fresh bool) (*memberList, bool, err
 	if err != nil {
 		return nil, false, err
 	}
+	t.noteMembers(m, now)
 	ms.mu.Lock()
-	ms.view, ms.readAt = m, now
 	joined = ms.joined && !ms.left
 	ms.mu.Unlock()
 	return m, joined, nil
+}
+
+// noteMembers installs a view of the members read at when. A process whose
+// entry names another process was replaced (restarted elsewhere under its
+// name): it leaves, and its writers stop.
+func (t *Table) noteMembers(m *memberList, when time.Time) {
+	ms := &t.membership
+	ms.mu.Lock()
+	ms.view, ms.readAt = m, when
+	e, listed := m.Writers[t.db.cfg.Shard]
+	replaced := ms.joined && !ms.left && listed && e.Proc != t.db.proc
+	if replaced {
+		ms.left = true
+	}
+	ms.mu.Unlock()
+	if replaced {
+		err := fmt.Errorf("%w: %s: writer %s was restarted by another process", ErrFenced, t.Name(), t.db.cfg.Shard)
+		t.db.cfg.Logger.Warn("replaced by a newer process under this writer's name", "table", t.Name(), "writer", t.db.cfg.Shard)
+		for _, w := range t.allWriters() {
+			w.fail(nil, err)
+		}
+	}
 }
 
 // Partitions is the table's partition count (0: a table created before
@@ -249,7 +276,7 @@ func (t *Table) join(ctx context.Context) error {
 		return nil
 	}
 	ms.mu.Unlock()
-	m, err := t.beat(ctx)
+	m, err := t.beat(ctx, true)
 	if err != nil {
 		return t.noteGone(err)
 	}
@@ -262,9 +289,11 @@ func (t *Table) join(ctx context.Context) error {
 	return nil
 }
 
-// beat writes this process's entry with a fresh heartbeat; it also drops
-// entries dead for many timeouts (writers gone for good).
-func (t *Table) beat(ctx context.Context) (*memberList, error) {
+// beat writes this process's entry with a fresh heartbeat (claim: taking
+// the entry over from a predecessor under the same name; otherwise only
+// an entry that is still this process's); it also drops entries dead for
+// many timeouts (writers gone for good).
+func (t *Table) beat(ctx context.Context, claim bool) (*memberList, error) {
 	if err := t.checkLive(); err != nil {
 		return nil, err
 	}
@@ -276,7 +305,10 @@ func (t *Table) beat(ctx context.Context) (*memberList, error) {
 				delete(m.Writers, n)
 			}
 		}
-		m.Writers[name] = memberEntry{Addr: t.db.cfg.Addr, Beat: now.UTC()}
+		if e, ok := m.Writers[name]; ok && !claim && e.Proc != t.db.proc {
+			return false // replaced: noteMembers stops this process
+		}
+		m.Writers[name] = memberEntry{Addr: t.db.cfg.Addr, Beat: now.UTC(), Proc: t.db.proc}
 		return true
 	})
 }
@@ -299,7 +331,7 @@ func (t *Table) heartbeat() {
 		}
 		var m *memberList
 		if rt.Now().Sub(lastBeat) >= t.memberTimeout()/3 {
-			m, err = t.beat(ctx)
+			m, err = t.beat(ctx, false)
 			if err == nil {
 				lastBeat = rt.Now()
 			}
@@ -313,9 +345,7 @@ func (t *Table) heartbeat() {
 			t.db.cfg.Logger.Warn("reading the members", "table", t.Name(), "err", err)
 			continue
 		}
-		ms.mu.Lock()
-		ms.view, ms.readAt = m, rt.Now()
-		ms.mu.Unlock()
+		t.noteMembers(m, rt.Now())
 		t.handOver(ctx, m)
 	}
 }

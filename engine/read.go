@@ -91,6 +91,9 @@ type readView struct {
 	mu         sync.Mutex
 	last       *snapshot // the newest snapshot a refresh of this view returned
 	lastProbed bool      // ...built by a refresh that probed for the newest base
+	// parts holds, per partition, a snapshot whose view of it was
+	// refreshed after ticket.
+	parts map[string]*snapshot
 }
 
 func (t *Table) newReadView(shared bool) *readView {
@@ -101,7 +104,33 @@ func (t *Table) newReadView(shared bool) *readView {
 // refreshed is t.refreshed, answered from the view's last refresh when
 // that one started after ticket (and probed, if probe): the condition
 // under which the refresher itself would let the caller join it.
-func (v *readView) refreshed(ctx context.Context, t *Table, ticket uint64, probe bool) (*snapshot, error) {
+//
+// For a read of one id (shard: its partition) in a partitioned table, the
+// refresh is of that partition only: one HEAD of its head.
+func (v *readView) refreshed(ctx context.Context, t *Table, shard string, ticket uint64, probe bool) (*snapshot, error) {
+	if shard != "" && t.partitions > 0 && !probe {
+		if !v.shared || ticket != v.ticket {
+			return t.refreshedPartition(ctx, shard, ticket)
+		}
+		// One refresh of each partition serves every id of the view.
+		v.mu.Lock()
+		s := v.parts[shard]
+		v.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		s, err := t.refreshedPartition(ctx, shard, ticket)
+		if err != nil {
+			return nil, err
+		}
+		v.mu.Lock()
+		if v.parts == nil {
+			v.parts = map[string]*snapshot{}
+		}
+		v.parts[shard] = s
+		v.mu.Unlock()
+		return s, nil
+	}
 	if !v.shared {
 		return t.refreshed(ctx, ticket, probe)
 	}
@@ -158,7 +187,7 @@ func (t *Table) withRowIn(ctx context.Context, view *readView, id string, attemp
 		}
 	}
 	for {
-		s, err := view.refreshed(ctx, t, ticket, probe)
+		s, err := view.refreshed(ctx, t, t.PartitionOf(id), ticket, probe)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/rowfile"
@@ -649,9 +650,12 @@ func (t *Table) install(s *snapshot) {
 // that needs the newest base (it found a file reclaimed) only joins a
 // refresh that probes for it.
 type refresher struct {
-	rt        sched.Runtime
+	rt sched.Runtime
+	// seq numbers flights; a table's refreshers (the whole table's and
+	// each partition's) share it, so a ticket taken from any of them
+	// orders every flight.
+	seq       *atomic.Uint64
 	mu        sync.Mutex
-	seq       uint64
 	cur       *flight
 	wantProbe bool
 }
@@ -669,7 +673,7 @@ type flight struct {
 func (r *refresher) ticket() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.seq
+	return r.seq.Load()
 }
 
 const refreshTimeout = 30 * time.Second
@@ -698,8 +702,7 @@ func (r *refresher) after(ctx context.Context, ticket uint64, probe bool, run fu
 		}
 		f := r.cur
 		if f == nil {
-			r.seq++
-			f = &flight{id: r.seq, probes: r.wantProbe, done: r.rt.NewEvent()}
+			f = &flight{id: r.seq.Add(1), probes: r.wantProbe, done: r.rt.NewEvent()}
 			r.wantProbe = false
 			r.cur = f
 			fctx := context.WithoutCancel(ctx)

@@ -14,6 +14,7 @@ type Stats struct {
 	ReadOverloaded   atomic.Int64 // refused by the in-flight byte budget
 	Refreshes        atomic.Int64 // snapshot refreshes performed
 	RefreshRetries   atomic.Int64 // refreshes restarted because a generation they loaded was reclaimed
+	OwnedChecks      atomic.Int64 // commit checks answered by the owner's own view of its partition, without a probe
 
 	Appends        atomic.Int64 // rows acknowledged
 	AppendRetries  atomic.Int64 // identical retries answered idempotently

@@ -25,6 +25,12 @@ type Table struct {
 	// Reads are served from it without I/O beyond the row itself.
 	snap    atomic.Pointer[snapshot]
 	refresh refresher
+	// flights numbers the refreshes of every refresher of the table.
+	flights atomic.Uint64
+	// partRefresh refreshes one partition's view at a time (point reads
+	// and existence checks of partitioned tables), by partition.
+	partMu      sync.Mutex
+	partRefresh map[string]*refresher
 	// pinned keeps base-only snapshots of explicitly requested versions.
 	pinned *cache.Cache[uint64, *snapshot]
 
@@ -54,7 +60,8 @@ func newTable(db *DB, inc keyspace.Inc, descETag string, partitions int) *Table 
 		pinned:    cache.New(4<<20, cache.WithRuntime[uint64, *snapshot](db.rt)),
 		wlock:     sched.NewLock(db.rt),
 		mergeLock: sched.NewLock(db.rt)}
-	t.refresh.rt = db.rt
+	t.refresh.rt, t.refresh.seq = db.rt, &t.flights
+	t.partRefresh = map[string]*refresher{}
 	return t
 }
 

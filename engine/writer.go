@@ -69,7 +69,10 @@ func (t *Table) writerFor(ctx context.Context, shard string) (*shardWriter, erro
 		return w, nil
 	}
 	if t.partitions > 0 {
-		o, err := t.owner(ctx, shard, false)
+		// Taking a partition over is rare and fences whoever holds it: it
+		// is decided on the members as they are now, not as cached (a
+		// process replaced under its name learns it here).
+		o, err := t.owner(ctx, shard, true)
 		if err != nil {
 			return nil, t.noteGone(err)
 		}

@@ -12,13 +12,14 @@ pyarrow.Table (Client.scan_table).
 __version__ = "0.1.0"
 
 from .client import (MEDIA_ARROW, MEDIA_NDJSON, BatchItem, BatchRecord, BatchResult, Client, Page, Payload,
-                     Record, path_escape)
+                     Record, partition_of, path_escape)
 from .errors import (APIError, Conflict, Gone, InvalidArgument, NotFound, NotModified, Overloaded,
                      RangeNotSatisfiable, RollstoreError, Unauthorized, parse_retry_after)
 
 __all__ = [
     "__version__",
     "Client", "Record", "Page", "Payload", "BatchItem", "BatchRecord", "BatchResult", "path_escape",
+    "partition_of",
     "MEDIA_ARROW", "MEDIA_NDJSON",
     "RollstoreError", "APIError", "NotModified", "InvalidArgument", "Unauthorized", "NotFound", "Conflict",
     "Gone", "RangeNotSatisfiable", "Overloaded", "parse_retry_after",

@@ -18,6 +18,22 @@ from .errors import error_from_response
 MEDIA_NDJSON = "application/x-ndjson"
 MEDIA_ARROW = "application/vnd.apache.arrow.stream"
 
+def partition_of(id: str, partitions: int) -> int:
+    """The partition of id in a table of `partitions` partitions.
+
+    FNV-1a (64 bits) of the id's UTF-8 bytes, modulo the count: the same
+    function the service uses (docs/format.md), so a client can group ids
+    by partition, e.g. to send each to its owner.
+    """
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    h = 14695981039346656037
+    for b in id.encode("utf-8"):
+        h ^= b
+        h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h % partitions
+
+
 # How much of an error answer is read.
 _MAX_ERROR_BODY = 64 << 10
 # Socket reads and writes of bodies.
