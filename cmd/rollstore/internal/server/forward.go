@@ -566,9 +566,28 @@ func (s *Server) appendItems(ctx context.Context, tb *engine.Table, items []engi
 	}
 	// Everything that can be refused without the store is refused before
 	// anything is written, as a batch on one partition would be.
-	if i, err := checkBatch(items, s.db.Config().MaxPayload); err != nil {
+	recs, i, err := checkBatch(items, s.db.Config().MaxPayload)
+	if err != nil {
 		out.fail(i, err)
 		return out
+	}
+	// So is a conflict with a stored row, or a partition's merge backlog,
+	// anywhere in a batch spanning partitions: only a failure while the
+	// partitions commit (an owner gone, a racing append) splits it.
+	if spansPartitions(tb, items) {
+		probe := make([]*engine.Staged, len(items))
+		for i := range items {
+			probe[i] = &engine.Staged{Record: recs[i], GivenAt: !items[i].Record.CreatedAt.IsZero()}
+		}
+		if err := tb.Check(ctx, probe); err != nil {
+			at := 0
+			var be *engine.BatchError
+			if errors.As(err, &be) {
+				at, err = be.Index, be.Err
+			}
+			out.fail(at, err)
+			return out
+		}
 	}
 	type group struct {
 		owner engine.Owner
@@ -645,6 +664,15 @@ func (s *Server) appendItems(ctx context.Context, tb *engine.Table, items []engi
 	return out
 }
 
+func spansPartitions(tb *engine.Table, items []engine.BatchItem) bool {
+	for i := range items {
+		if tb.PartitionOf(items[i].Record.ID) != tb.PartitionOf(items[0].Record.ID) {
+			return true
+		}
+	}
+	return false
+}
+
 // forwardItems stages items[k] (k in idx) here and forwards them to o.
 func (s *Server) forwardItems(ctx context.Context, tb *engine.Table, o engine.Owner, items []engine.BatchItem, idx []int, out *itemResults) {
 	if err := forwardable(o); err != nil {
@@ -671,8 +699,9 @@ func (s *Server) forwardItems(ctx context.Context, tb *engine.Table, o engine.Ow
 
 // checkBatch refuses, before anything is written, a batch the engine
 // would refuse whole: an invalid record, a payload over the limit, an id
-// repeated with other content (engine.Table.AppendBatch's checks).
-func checkBatch(items []engine.BatchItem, maxPayload int64) (int, error) {
+// repeated with other content (engine.Table.AppendBatch's checks). It
+// returns the records as they would be stored (size, checksum, defaults).
+func checkBatch(items []engine.BatchItem, maxPayload int64) ([]engine.Record, int, error) {
 	first := map[string]int{}
 	prev := make([]engine.Record, 0, len(items))
 	now := time.Now()
@@ -688,18 +717,18 @@ func checkBatch(items []engine.BatchItem, maxPayload int64) (int, error) {
 		}
 		rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
 		if err := rec.Validate(); err != nil {
-			return i, err
+			return nil, i, err
 		}
 		if rec.PayloadSize > maxPayload {
-			return i, fmt.Errorf("%w: %d bytes", engine.ErrTooLarge, rec.PayloadSize)
+			return nil, i, fmt.Errorf("%w: %d bytes", engine.ErrTooLarge, rec.PayloadSize)
 		}
 		rec.PayloadSHA256 = sha256.Sum256(items[i].Payload)
 		if j, ok := first[rec.ID]; ok {
 			if !rowfile.SameContent(&prev[j], &rec) {
-				return i, fmt.Errorf("%w: %q repeated in the batch", engine.ErrConflict, rec.ID)
+				return nil, i, fmt.Errorf("%w: %q repeated in the batch", engine.ErrConflict, rec.ID)
 			}
 			if !items[i].Record.CreatedAt.IsZero() && !rec.CreatedAt.Equal(prev[j].CreatedAt) {
-				return i, fmt.Errorf("%w: %q repeated in the batch with created_at %s, not %s", engine.ErrConflict,
+				return nil, i, fmt.Errorf("%w: %q repeated in the batch with created_at %s, not %s", engine.ErrConflict,
 					rec.ID, rec.CreatedAt.UTC().Format(time.RFC3339Nano), prev[j].CreatedAt.UTC().Format(time.RFC3339Nano))
 			}
 		} else {
@@ -707,5 +736,5 @@ func checkBatch(items []engine.BatchItem, maxPayload int64) (int, error) {
 		}
 		prev = append(prev, rec)
 	}
-	return -1, nil
+	return prev, -1, nil
 }

@@ -362,8 +362,10 @@ func countPayloadObjects(t *testing.T, store objstore.Bucket) int {
 
 // TestForwardBatchAcrossOwners: a batch whose items two pods own is
 // committed whole; the identical batch again answers every item existing;
-// a batch with a conflict in the other pod's partition fails naming its
-// line, and names the items committed nevertheless.
+// a batch with a conflict in the other pod's partition is refused whole,
+// naming its line; a batch that fails while committing (the other pod
+// unreachable) names the items committed nevertheless, and its retry is
+// safe.
 func TestForwardBatchAcrossOwners(t *testing.T) {
 	a, b := twoPods(t, memory.New())
 	ids := append(idsOwnedBy(t, a, "t", "mine", "pod-a", 6), idsOwnedBy(t, a, "t", "theirs", "pod-b", 6)...)
@@ -397,17 +399,10 @@ func TestForwardBatchAcrossOwners(t *testing.T) {
 	r = post(b, body.String())
 	want(t, r, http.StatusOK, "")
 
-	// A conflict on an id pod-b owns, posted to pod-a, in a batch with new
-	// ids of both pods.
+	// A conflict with a stored row pod-b owns, posted to pod-a, in a batch
+	// with new ids of both pods: refused whole before anything is written.
 	fresh := append(idsOwnedBy(t, a, "t", "new-mine", "pod-a", 3), idsOwnedBy(t, a, "t", "new-theirs", "pod-b", 3)...)
 	clash := ids[len(ids)-1] // pod-b's
-	clashPart := a.table("t").PartitionOf(clash)
-	for i := 0; ; i++ { // and a new id of the same partition
-		if id := fmt.Sprintf("partner-%d", i); a.table("t").PartitionOf(id) == clashPart {
-			fresh = append(fresh, id)
-			break
-		}
-	}
 	var bad strings.Builder
 	for _, id := range fresh {
 		bad.WriteString(ndjsonLine(id, "r", []byte("new "+id), ""))
@@ -415,8 +410,24 @@ func TestForwardBatchAcrossOwners(t *testing.T) {
 	bad.WriteString(ndjsonLine(clash, "r", []byte("other content"), ""))
 	r = post(a, bad.String())
 	want(t, r, http.StatusConflict, codeConflict)
-	if r.errLine() != len(fresh)+1 {
-		t.Fatalf("conflict names line %d, want %d: %s", r.errLine(), len(fresh)+1, r.body)
+	if r.errLine() != len(fresh)+1 || len(r.errDetail().Committed) != 0 {
+		t.Fatalf("conflict names line %d (want %d), committed %v (want none): %s", r.errLine(), len(fresh)+1, r.errDetail().Committed, r.body)
+	}
+	for _, id := range fresh {
+		want(t, a.do("GET", rolloutURL("t", id), nil), http.StatusNotFound, codeNotFound)
+	}
+
+	// A failure while the partitions commit splits the batch: with pod-b
+	// unreachable, pod-a's partitions commit and the error names them.
+	var good strings.Builder
+	for _, id := range fresh {
+		good.WriteString(ndjsonLine(id, "r", []byte("new "+id), ""))
+	}
+	b.ts.Close()
+	r = post(a, good.String())
+	want(t, r, http.StatusServiceUnavailable, codeOwnerUnreachable)
+	if r.header.Get("Retry-After") == "" || r.errLine() != 4 {
+		t.Errorf("503 names line %d (want 4, pod-b's first item), Retry-After %q", r.errLine(), r.header.Get("Retry-After"))
 	}
 	committed := map[string]bool{}
 	for _, c := range r.errDetail().Committed {
@@ -425,22 +436,31 @@ func TestForwardBatchAcrossOwners(t *testing.T) {
 			t.Errorf("committed item %+v: want its line and created", c)
 		}
 	}
-	for _, id := range fresh {
-		same := a.table("t").PartitionOf(id) == clashPart
+	for k, id := range fresh {
+		mine := k < 3
 		got := a.do("GET", rolloutURL("t", id), nil).status
-		switch {
-		case same && (committed[id] || got != http.StatusNotFound):
-			t.Errorf("%s shares the conflicting item's partition, yet committed=%v, GET %d", id, committed[id], got)
-		case !same && (!committed[id] || got != http.StatusOK):
-			t.Errorf("%s of another partition: committed=%v, GET %d; want committed", id, committed[id], got)
+		if mine != committed[id] || (mine && got != http.StatusOK) || (!mine && got != http.StatusNotFound) {
+			t.Errorf("%s (pod-a's: %v): committed=%v, GET %d", id, mine, committed[id], got)
 		}
 	}
-	// Retrying the corrected batch whole is safe.
-	var fixed strings.Builder
-	for _, id := range fresh {
-		fixed.WriteString(ndjsonLine(id, "r", []byte("new "+id), ""))
+	// Retrying the whole batch once pod-b is gone is safe: pod-a's items
+	// are identical retries, pod-b's partitions are pod-a's now.
+	b.stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = post(a, good.String())
+		if r.status == http.StatusCreated {
+			break
+		}
+		if r.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("retried batch: %d %s", r.status, r.body)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	want(t, post(a, fixed.String()), http.StatusCreated, "")
+	r.decode(t, &ans)
+	if ans.Created != 3 || ans.Existing != 3 {
+		t.Fatalf("retried batch answered %s, want pod-a's 3 existing and 3 created", r.body)
+	}
 }
 
 // TestStagedWireRoundTrip: a staged append crosses the wire whole, every
