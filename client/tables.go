@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 )
 
 // ListTables returns the tables' names, in order.
@@ -20,6 +22,13 @@ func (c *Client) ListTables(ctx context.Context) ([]string, error) {
 // exists. Names are [A-Za-z0-9_][A-Za-z0-9._-]*, at most 128 bytes.
 func (c *Client) CreateTable(ctx context.Context, name string) error {
 	_, err := c.doJSON(ctx, http.MethodPut, tablePath(name), nil, nil, http.StatusCreated)
+	return err
+}
+
+// CreateTableWithPartitions creates an empty table of n hash partitions
+// (1 to 1024; CreateTable takes the server's --partitions).
+func (c *Client) CreateTableWithPartitions(ctx context.Context, name string, n int) error {
+	_, err := c.doJSON(ctx, http.MethodPut, tablePath(name), url.Values{"partitions": {strconv.Itoa(n)}}, nil, http.StatusCreated)
 	return err
 }
 

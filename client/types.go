@@ -198,6 +198,11 @@ type TableStatus struct {
 	// Incarnation changes when the table is dropped and created again.
 	Incarnation string `json:"incarnation"`
 	Version     uint64 `json:"version"` // newest base version, 0 before the first merge
+	// Partitions is the ids' hash partition count, fixed at creation (0:
+	// a table created before partitions); Owners names the writer owning
+	// each partition, as the answering server sees the writers.
+	Partitions int     `json:"partitions"`
+	Owners     []Owner `json:"owners,omitempty"`
 	// Rows counts every acknowledged row: BaseRows (merged into the base
 	// version) + PendingRows (in generations not yet merged).
 	Rows         int64             `json:"rows"`
@@ -212,6 +217,14 @@ type TableStatus struct {
 	// refused (503 overloaded) until a merge: too many generations wait
 	// for one. Reads are never refused for it.
 	Backpressure string `json:"backpressure,omitempty"`
+}
+
+// Owner is the writer owning a partition; Writer is empty when no writer
+// is live, Addr where it takes forwarded writes.
+type Owner struct {
+	Partition string `json:"partition"`
+	Writer    string `json:"writer"`
+	Addr      string `json:"addr,omitempty"`
 }
 
 // PendingGen is a WAL generation not yet merged.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollstore/rollstore/engine"
 	"github.com/rollstore/rollstore/objstore/azure/azuritetest"
 )
 
@@ -288,5 +289,55 @@ func TestServeHelpStatesBatchRowLimit(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "at most 4096 rows") {
 		t.Fatalf("--help does not state the batch row limit:\n%s", stdout)
+	}
+}
+
+// TestServeAdvertiseAndPartitions: --advertise-addr wins; else $POD_IP
+// with the listening port (Kubernetes); else the listening address, with
+// $HOSTNAME (or loopback) for a listener on every interface. --partitions
+// is the default of new tables, 1..1024.
+func TestServeAdvertiseAndPartitions(t *testing.T) {
+	addr := func(s string) net.Addr {
+		a, err := net.ResolveTCPAddr("tcp", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for _, c := range []struct {
+		vars      map[string]string
+		args      []string
+		listening string
+		want      string
+	}{
+		{nil, []string{"--advertise-addr", "writer-0.rollstore:8080"}, "0.0.0.0:8080", "writer-0.rollstore:8080"},
+		{map[string]string{"POD_IP": "10.1.2.3", "HOSTNAME": "w-1"}, []string{"--role", "writer"}, "0.0.0.0:8080", "10.1.2.3:8080"},
+		{map[string]string{"POD_IP": "fd00::7"}, nil, "[::]:9000", "[fd00::7]:9000"},
+		{map[string]string{"ROLLSTORE_ADVERTISE_ADDR": "10.9.9.9:1"}, nil, "127.0.0.1:5", "10.9.9.9:1"},
+		{nil, nil, "127.0.0.1:41234", "127.0.0.1:41234"},
+		{map[string]string{"HOSTNAME": "w-2"}, []string{"--role", "writer"}, "[::]:8080", "w-2:8080"},
+		{nil, nil, "0.0.0.0:8080", "127.0.0.1:8080"},
+	} {
+		env, _, _ := testCmdEnv(c.vars)
+		cfg, err := parseServe(env, c.args)
+		if err != nil {
+			t.Fatalf("%v %v: %v", c.vars, c.args, err)
+		}
+		if got := cfg.advertise(addr(c.listening)); got != c.want {
+			t.Errorf("%v %v listening on %s: advertises %q, want %q", c.vars, c.args, c.listening, got, c.want)
+		}
+	}
+	env, _, _ := testCmdEnv(nil)
+	if cfg, err := parseServe(env, nil); err != nil || cfg.engine.Partitions != engine.DefaultPartitions {
+		t.Errorf("default partitions: %v %v", cfg, err)
+	}
+	if cfg, err := parseServe(env, []string{"--partitions", "64"}); err != nil || cfg.engine.Partitions != 64 {
+		t.Errorf("--partitions 64: %v", err)
+	}
+	for _, bad := range [][]string{{"--partitions", "0"}, {"--partitions", "1025"}, {"--advertise-addr", "nohost"}, {"--advertise-addr", ":8080"}, {"--advertise-addr", "h:0"}} {
+		env, _, stderr := testCmdEnv(nil)
+		if _, err := parseServe(env, bad); err == nil || !strings.Contains(stderr.String(), bad[0]) {
+			t.Errorf("%v accepted (%q)", bad, stderr.String())
+		}
 	}
 }

@@ -39,11 +39,13 @@ type serveConfig struct {
 	metricsListen string // "" serves metrics on the API listener only
 	role          string // all, writer, reader or merger
 	shard         string
+	advertiseAddr string // "" derives it (see advertise)
 
 	authTokenFile string
 	logLevel      string
 	logFormat     string
 	hostname      string // $HOSTNAME: a StatefulSet writer's default shard
+	podIP         string // $POD_IP (Kubernetes downward API): the default advertised host
 
 	// The limits, grace periods and intervals bind straight into the
 	// configs they belong to.
@@ -233,7 +235,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) *flagGroups {
 	fs.StringVar(&c.listen, "listen", c.listen, "`address` to listen on (use :8080 to listen on every interface)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", c.metricsListen, "`address` of a second listener that serves only GET /metrics, with no token even when --auth-token-file is set (for the cluster's scraper; e.g. :9090); empty: none")
 	fs.StringVar(&c.role, "role", c.role, "what this process does: all (write, read, merge), writer (no merger), reader (refuses writes, no merger), merger (refuses writes)")
-	fs.StringVar(&c.shard, "shard", c.shard, "writer shard this process owns, unique per writer ([A-Za-z0-9_][A-Za-z0-9._-]*); default: local-0 for role all, the pod name ($HOSTNAME, e.g. rollstore-writer-2) for role writer")
+	fs.StringVar(&c.shard, "shard", c.shard, "this writer's name, unique per writer ([A-Za-z0-9_][A-Za-z0-9._-]*): its member name among the writers, which spread a table's partitions among themselves by name (a writer restarted under the same name takes its partitions back at once); default: local-0 for role all, the pod name ($HOSTNAME, e.g. rollstore-writer-2) for role writer")
+	fs.StringVar(&c.advertiseAddr, "advertise-addr", c.advertiseAddr, "`host:port` the other writers reach this one at, to forward the writes of partitions it owns; default: $POD_IP (Kubernetes) with the --listen port, else the --listen address (its host, or $HOSTNAME when it listens on every interface)")
+	fs.IntVar(&c.engine.Partitions, "partitions", c.engine.Partitions, fmt.Sprintf("hash partitions of tables created without ?partitions= (1..%d; fixed per table at creation)", engine.MaxPartitions))
 	fs.DurationVar(&c.engine.LeaseDuration, "lease-duration", c.engine.LeaseDuration, "shard and merger lease period on stores with leases (15s..60s); keeps two live processes off one shard or one merge (fencing rests on the head's compare-and-swap)")
 	fs.DurationVar(&c.server.DrainTimeout, "drain-timeout", c.server.DrainTimeout, "bound on the graceful drain after SIGTERM or SIGINT")
 	fs.DurationVar(&c.server.DrainDelay, "drain-delay", c.server.DrainDelay, "after SIGTERM, keep the listener open this long answering 503 while load balancers notice readiness failing")
@@ -314,6 +318,13 @@ func (c *serveConfig) validate() error {
 		p.add("%s %q: want all, writer, reader or merger", opt("role"), c.role)
 	}
 	p.checkErr(objstore.ValidateLeaseDuration(c.engine.LeaseDuration), opt("lease-duration"))
+	p.check(c.engine.Partitions >= 1 && c.engine.Partitions <= engine.MaxPartitions, opt("partitions"), "want 1..%d, got %d", engine.MaxPartitions, c.engine.Partitions)
+	if c.advertiseAddr != "" {
+		host, port, err := net.SplitHostPort(c.advertiseAddr)
+		n, perr := strconv.Atoi(port)
+		p.check(err == nil && host != "" && perr == nil && n > 0 && n <= 65535, opt("advertise-addr")+" "+strconv.Quote(c.advertiseAddr),
+			"want host:port that other pods can reach, e.g. 10.0.0.7:8080")
+	}
 
 	s, e := &c.server, &c.engine
 	positive := func(name string, v int64) { p.check(v > 0, opt(name), "must be positive, got %d", v) }
@@ -492,6 +503,9 @@ func runServe(ctx context.Context, env cmdEnv, args []string) (err error) {
 	storeMetrics := metered.NewMetrics()
 	store = metered.Wrap(store, metered.Options{Metrics: storeMetrics})
 	cfg.engine.Logger = log
+	if cfg.engine.Shard != "" {
+		cfg.engine.Addr = cfg.advertise(ln.Addr())
+	}
 	db, err := engine.Open(store, cfg.engine)
 	if err != nil {
 		return fmt.Errorf("opening the engine: %w", err)
@@ -516,7 +530,7 @@ func runServe(ctx context.Context, env cmdEnv, args []string) (err error) {
 	}
 	bi := version.Get()
 	log.Info("rollstore starting", append([]any{"version", bi.Version, "revision", bi.Revision,
-		"listen", ln.Addr().String(), "metrics_listen", metricsAddr, "role", cfg.role, "shard", cfg.engine.Shard,
+		"listen", ln.Addr().String(), "metrics_listen", metricsAddr, "role", cfg.role, "shard", cfg.engine.Shard, "advertise_addr", cfg.engine.Addr, "partitions", cfg.engine.Partitions,
 		"auth", len(cfg.server.AuthTokens) > 0}, cfg.describe()...)...)
 
 	// The first SIGTERM or SIGINT drains; once draining, signals are
@@ -561,6 +575,30 @@ func runServe(ctx context.Context, env cmdEnv, args []string) (err error) {
 	return errors.Join(err, metricsErr)
 }
 
+// advertise is where the other writers forward writes to this one:
+// --advertise-addr, else $POD_IP with the listening port, else the
+// listening address (with $HOSTNAME, or loopback, for a listener on every
+// interface).
+func (c *serveConfig) advertise(listening net.Addr) string {
+	if c.advertiseAddr != "" {
+		return c.advertiseAddr
+	}
+	host, port, err := net.SplitHostPort(listening.String())
+	if err != nil {
+		return listening.String()
+	}
+	switch ip := net.ParseIP(host); {
+	case c.podIP != "":
+		host = c.podIP
+	case host == "" || (ip != nil && ip.IsUnspecified()):
+		host = c.hostname
+		if host == "" {
+			host = "127.0.0.1"
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
 // parseServe builds the configuration from defaults, the environment and
 // args, in increasing precedence, and validates it. It prints its own
 // errors and returns errUsage for them; a nil config with a nil error
@@ -589,6 +627,7 @@ func parseServe(env cmdEnv, args []string) (*serveConfig, error) {
 		return nil, errUsage
 	}
 	cfg.hostname, _ = env.lookupEnv("HOSTNAME")
+	cfg.podIP, _ = env.lookupEnv("POD_IP")
 	if err := cfg.validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintf(env.stderr, "rollstore serve: %s\n", line)

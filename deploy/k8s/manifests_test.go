@@ -55,6 +55,8 @@ const (
 	envTokens   = "ROLLSTORE_AUTH_TOKEN_FILE"
 	envRole     = "ROLLSTORE_ROLE"
 	envShard    = "ROLLSTORE_SHARD"
+	envAdvert   = "ROLLSTORE_ADVERTISE_ADDR"
+	envPodIP    = "POD_IP"
 	envStore    = "ROLLSTORE_STORE"
 	envAuth     = "ROLLSTORE_AZURE_AUTH"
 	envAccount  = "ROLLSTORE_AZURE_ACCOUNT"
@@ -962,8 +964,73 @@ func checkWriters(s *set) []error {
 		if _, ok := cm.Data[envShard]; ok {
 			errs = append(errs, fmt.Errorf("ConfigMap/%s sets %s: every pod would claim the same shard", cm.Name, envShard))
 		}
+		if _, ok := cm.Data[envAdvert]; ok {
+			errs = append(errs, fmt.Errorf("ConfigMap/%s sets %s: every writer would advertise the same address", cm.Name, envAdvert))
+		}
+	}
+	// Writers forward to each other at their pod IPs and API port.
+	if from := e.from[envPodIP]; from != "fieldRef:status.podIP" {
+		errs = append(errs, fmt.Errorf("%s: %s must come from fieldRef status.podIP (the address other writers forward to), got %q", w, envPodIP, from+e.vals[envPodIP]))
+	}
+	_, listenPort, _ := strings.Cut(e.vals[envListen], ":")
+	if want := "$(" + envPodIP + "):" + listenPort; listenPort == "" || e.vals[envAdvert] != want {
+		errs = append(errs, fmt.Errorf("%s: %s=%q, want %q (the pod IP and the %s port)", w, envAdvert, e.vals[envAdvert], want, envListen))
+	}
+	// $(POD_IP) expands only if POD_IP is defined before it.
+	podIPAt, advertAt := -1, -1
+	for i, ev := range c.Env {
+		switch ev.Name {
+		case envPodIP:
+			podIPAt = i
+		case envAdvert:
+			advertAt = i
+		}
+	}
+	if podIPAt < 0 || advertAt < podIPAt {
+		errs = append(errs, fmt.Errorf("%s: %s must be defined after %s, or $(%s) is not expanded", w, envAdvert, envPodIP, envPodIP))
+	}
+	if port, ok := namedPort(c, portName); ok && !writersReachEachOther(s, w, c, port) {
+		errs = append(errs, fmt.Errorf("%s: the NetworkPolicies do not let a writer reach another writer's %s port (%d): forwarded writes would fail", w, portName, port))
 	}
 	return errs
+}
+
+// writersReachEachOther reports whether the NetworkPolicies selecting the
+// writer pods let them out to writer pods on port, and in from them.
+func writersReachEachOther(s *set, w *workload, c *corev1.Container, port int32) bool {
+	out, in := false, false
+	for _, np := range s.netpols {
+		if !selects(&np.Spec.PodSelector, w.tmpl.Labels) {
+			continue
+		}
+		for _, r := range np.Spec.Egress {
+			if !portAllowed(r.Ports, c, port, corev1.ProtocolTCP) {
+				continue
+			}
+			if len(r.To) == 0 {
+				out = true
+			}
+			for _, peer := range r.To {
+				if peer.IPBlock == nil && peer.NamespaceSelector == nil && (peer.PodSelector == nil || selects(peer.PodSelector, w.tmpl.Labels)) {
+					out = true
+				}
+			}
+		}
+		for _, r := range np.Spec.Ingress {
+			if !portAllowed(r.Ports, c, port, corev1.ProtocolTCP) {
+				continue
+			}
+			if len(r.From) == 0 {
+				in = true
+			}
+			for _, peer := range r.From {
+				if peer.IPBlock == nil && (peer.PodSelector == nil || selects(peer.PodSelector, w.tmpl.Labels)) {
+					in = true
+				}
+			}
+		}
+	}
+	return out && in
 }
 
 // checkReaders: a horizontally scalable Deployment that keeps at least two

@@ -74,6 +74,12 @@ var mutations = []mutation{
 	{name: "governing Service not headless", file: "base/writer.yaml", old: "serviceName: rollstore-writer-headless", new: "serviceName: rollstore-writer", want: "not headless"},
 	{name: "shard from node", file: "base/writer.yaml", old: "fieldPath: metadata.name", new: "fieldPath: spec.nodeName", want: "ROLLSTORE_SHARD must come from"},
 	{name: "shared shard", file: "base/rollstore.env", old: "ROLLSTORE_LISTEN=:8080\n", new: "ROLLSTORE_LISTEN=:8080\nROLLSTORE_SHARD=shard-0\n", want: "[writers]"},
+	{name: "pod IP from host", file: "base/writer.yaml", old: "fieldPath: status.podIP", new: "fieldPath: status.hostIP", want: "POD_IP must come from"},
+	{name: "advertised port", file: "base/writer.yaml", old: "value: $(POD_IP):8080", new: "value: $(POD_IP):9090", want: "ROLLSTORE_ADVERTISE_ADDR="},
+	{name: "shared address", file: "base/rollstore.env", old: "ROLLSTORE_LISTEN=:8080\n", new: "ROLLSTORE_LISTEN=:8080\nROLLSTORE_ADVERTISE_ADDR=10.0.0.1:8080\n", want: "advertise the same address"},
+	{name: "writers cut off", file: "base/networkpolicy.yaml",
+		old: "    - to:\n        - podSelector:\n            matchLabels:\n              app.kubernetes.io/name: rollstore\n              app.kubernetes.io/component: writer\n      ports:\n        - port: http\n          protocol: TCP\n",
+		new: "", want: "forwarded writes would fail"},
 
 	{name: "one reader", file: "base/reader.yaml", old: "  replicas: 2\n", new: "  replicas: 1\n", dir: baseDir, want: "[readers]"},
 	{name: "HPA floor of one", file: "components/reader-hpa/hpa.yaml", old: "minReplicas: 2", new: "minReplicas: 1", want: "[readers]"},

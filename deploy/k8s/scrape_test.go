@@ -53,8 +53,22 @@ func TestScrapeAsDeployed(t *testing.T) {
 				switch from {
 				case "fieldRef:metadata.name":
 					vars[k] = w.name + "-0" // the pod's name
+				case "fieldRef:status.podIP":
+					vars[k] = "127.0.0.1" // the pod's IP
 				default:
 					t.Fatalf("%s comes from %s, which this test cannot stand in for", k, from)
+				}
+			}
+			// The kubelet expands $(VAR) of variables defined before.
+			for _, ev := range c.Env {
+				if v, ok := vars[ev.Name]; ok && ev.ValueFrom == nil {
+					for _, prev := range c.Env {
+						if prev.Name == ev.Name {
+							break
+						}
+						v = strings.ReplaceAll(v, "$("+prev.Name+")", vars[prev.Name])
+					}
+					vars[ev.Name] = v
 				}
 			}
 			tokens := filepath.Join(t.TempDir(), "token")
@@ -77,6 +91,9 @@ func TestScrapeAsDeployed(t *testing.T) {
 			apiAddr, metricsAddr := start["listen"], start["metrics_listen"]
 			if start["store"] != "memory" || start["role"] != e.vals[envRole] {
 				t.Errorf("start log %v: want store memory, role %s", start, e.vals[envRole])
+			}
+			if e.vals[envRole] == "writer" && start["advertise_addr"] != "127.0.0.1:8080" {
+				t.Errorf("start log %v: a writer advertises its pod IP and the API port, want advertise_addr 127.0.0.1:8080", start)
 			}
 
 			// The scrape as the annotations configure it: port → the listener

@@ -416,9 +416,11 @@ class Client:
     def tables(self) -> List[str]:
         return self._json("GET", "/v1/tables")[1]["tables"]
 
-    def create_table(self, name: str) -> None:
-        """Create a table; Conflict (code table_exists) if it exists."""
-        self._request("PUT", "/v1/tables/" + path_escape(name), ok=(201,))
+    def create_table(self, name: str, partitions: Optional[int] = None) -> None:
+        """Create a table; Conflict (code table_exists) if it exists.
+        partitions (1..1024, default the server's --partitions) is fixed for
+        the table's life; a batch is all or nothing within a partition."""
+        self._request("PUT", "/v1/tables/" + path_escape(name), {"partitions": partitions}, ok=(201,))
 
     def table(self, name: str) -> Dict[str, Any]:
         """A table's status: base version, rows, pending generations per shard."""

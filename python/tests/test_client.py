@@ -45,9 +45,9 @@ needs_server = unittest.skipUnless(URL, "ROLLSTORE_TEST_URL is not set: run `go 
 _counter = itertools.count()
 
 
-def fresh_table(c):
+def fresh_table(c, partitions=None):
     name = "py_%d_%d" % (os.getpid(), next(_counter))
-    c.create_table(name)
+    c.create_table(name, partitions=partitions)
     return name
 
 
@@ -395,7 +395,7 @@ class Rollouts(ServerTest):
 
     def test_batch(self):
         c = self.c
-        t = fresh_table(c)
+        t = fresh_table(c, partitions=1)  # one partition: a batch is all or nothing
         items = [rollstore.BatchItem("b/%02d" % i, "batch", payload_of("b%d" % i, i * 700), sequence=i, content_type="text/plain")
                  for i in range(10)]
         res = c.put_batch(t, items)

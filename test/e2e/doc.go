@@ -14,22 +14,25 @@
 //
 //  1. writer w-1 is killed with SIGKILL while it has requests in flight,
 //     one of them a large upload whose body the test holds back a mebibyte
-//     short, and a replacement for shard w-1 is started: it answers 503
-//     shard_owned until the dead process's lease expires, then takes the
-//     shard;
+//     short, and a replacement writer named w-1 is started: it takes w-1's
+//     partitions back at once (the table is partitioned: partitions are
+//     not leased, the heads fence a stale writer);
 //  2. the merger is killed with SIGKILL in the middle of a pass (the test
 //     watches the store and kills it when a merge has written its data
 //     files or just committed, before its reclamation is done), and a new
 //     merger is started, which waits for the dead one's lease;
 //  3. writer w-2 is stopped with SIGSTOP while it has requests in flight,
 //     again one of them a held-back upload, for longer than its lease; a
-//     replacement takes shard w-2 meanwhile; the old process is then
-//     continued, the held upload completed and new writes sent to it, all
-//     of which it must refuse, and it is terminated with SIGTERM.
+//     replacement named w-2 takes its partitions meanwhile; the old process
+//     is then continued, the held upload completed and new writes sent to
+//     it, which it may only forward to the partitions' owners (what it
+//     acknowledges must be kept, what it does not must not appear), and
+//     it is terminated with SIGTERM.
 //
 // Afterwards every acknowledged id must read back byte-equal from every
 // reader, no id refused outright may be visible, neither may the held
-// uploads nor the writes sent to the continued w-2, every visible id has
+// uploads nor the writes sent to the continued w-2 unless acknowledged,
+// every visible id has
 // the right bytes, the readers agree on the table (status and listing), the
 // merger has merged and reclaimed every generation, and no read anywhere
 // was answered with a 5xx. The test logs the counts behind each of these.
@@ -48,6 +51,15 @@
 // The load is paced, a few writes and some twenty reads a second, because
 // Azurite serves every process from one thread and the merger must keep
 // up; a run takes 70–90 seconds.
+//
+// TestForwardingWriters runs three writer processes sharing a table's
+// partitions, any of them taking any write and forwarding it to the
+// partition's owner: the same id sent to two writers at once is
+// acknowledged once (201) and refused once (409); the owner killed with
+// SIGKILL while writes are forwarded to it, then restarted under its name,
+// takes writes again within seconds; and a rolling restart (SIGTERM each
+// writer, start it again) under a writer loop loses no acknowledged row and
+// acknowledges no id with two contents.
 //
 // Timing: nothing waits on a fixed sleep for something to happen; the test
 // polls /readyz, the store or its own counters with a deadline. The two

@@ -138,11 +138,11 @@ func TestManyProcesses(t *testing.T) {
 	w1b := c.startProc("w-1'", "writer", "w-1")
 	ld.writers.set(1, w1b)
 	c.waitFor("w-1' to take shard w-1", takeover, 20*time.Millisecond, func() bool { return w1b.acks.Load() > 0 })
-	c.logf("%s took shard w-1 %.1fs after the kill, having refused %d writes with 503 shard_owned",
+	// A partitioned table's writer restarted under its name takes its
+	// partitions back at once (the members entry is its name's; fencing
+	// rests on the heads), so it need not wait out the dead one's lease.
+	c.logf("%s took writer w-1's partitions %.1fs after the kill, having refused %d writes with 503 shard_owned",
 		w1b, time.Since(killedAt).Seconds(), w1b.shardOwned.Load())
-	if w1b.shardOwned.Load() == 0 {
-		t.Errorf("%s acknowledged writes for shard w-1 without first refusing any while the dead process's lease lived", w1b)
-	}
 
 	// 2. SIGKILL the merger in the middle of a pass, and start a new one,
 	// which waits out the dead one's lease. A kill that found no pass
@@ -210,11 +210,8 @@ func TestManyProcesses(t *testing.T) {
 	w2b := c.startProc("w-2'", "writer", "w-2")
 	ld.writers.set(2, w2b)
 	c.waitFor("w-2' to take shard w-2", takeover, 20*time.Millisecond, func() bool { return w2b.acks.Load() > 0 })
-	c.logf("%s took shard w-2 %.1fs after the stop, having refused %d writes with 503 shard_owned",
+	c.logf("%s took writer w-2's partitions %.1fs after the stop, having refused %d writes with 503 shard_owned",
 		w2b, time.Since(stoppedAt).Seconds(), w2b.shardOwned.Load())
-	if w2b.shardOwned.Load() == 0 {
-		t.Errorf("%s acknowledged writes for shard w-2 without first refusing any while the stopped process's lease lived", w2b)
-	}
 	if d := pauseFor - time.Since(stoppedAt); d > 0 {
 		time.Sleep(d) // the pause is time by nature: a third longer than the lease
 	}
@@ -225,22 +222,20 @@ func TestManyProcesses(t *testing.T) {
 	contAt = time.Now()
 	hw2.release()
 	c.logf("continued %s (SIGCONT) after %.1fs, %d writes held in flight", w2, contAt.Sub(stoppedAt).Seconds(), held)
+	// The continued process was replaced: it takes no partition again,
+	// and forwards what it receives to the partitions' owners. What it
+	// acknowledges is theirs to keep (checked with every acknowledged id
+	// below); what it does not must not become visible.
 	for i := range 5 {
 		id := fmt.Sprintf("late-%d", i)
 		body := payloadFor(id)
 		e := ld.ledger.add(id, body)
-		e.special = "new write to the continued w-2"
+		e.special = "new write to the continued w-2, not acknowledged"
 		a := ld.put(w2, id, body)
 		ld.ledger.record(e, a)
-		if a.outcome == acked {
-			t.Errorf("%s, continued past its lease, acknowledged a new write %s (%d)", w2, id, a.status)
-		}
+		c.logf("%s, continued past its lease, answered a new write %s: %d %s", w2, id, a.status, a.code)
 	}
-	if a := <-hw2.attempt; a.outcome == acked {
-		t.Errorf("%s, continued past its lease, acknowledged the upload held across the stop (%d)", w2, a.status)
-	} else {
-		c.logf("%s answered the upload held across the stop: %s", w2, a.cause())
-	}
+	c.logf("%s answered the upload held across the stop: %s", w2, (<-hw2.attempt).cause())
 	c.waitFor("the writes held by the stopped w-2 to be answered", 30*time.Second, 10*time.Millisecond, func() bool { return w2.inflight.Load() == 0 })
 	if err := w2.signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -409,7 +404,7 @@ func verify(t *testing.T, c *cluster, ld *load, readers []*proc, final engine.St
 			ld.ledger.problems.add("acknowledged id not listed", "%s (attempts %v)", e.id, e.attempts)
 		case o == refused && vis:
 			ld.ledger.problems.add("refused write visible", "%s (attempts %v)", e.id, e.attempts)
-		case e.special != "" && vis:
+		case e.special != "" && vis && o != acked:
 			ld.ledger.problems.add("write that could not be acknowledged visible", "%s, %s (attempts %v)", e.id, e.special, e.attempts)
 		case o == unknown && vis:
 			// Visible though never acknowledged: the unknown outcome of a

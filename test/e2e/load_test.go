@@ -553,7 +553,10 @@ func (l *load) send(p *proc, id string, body io.Reader, size int64) attempt {
 // anything was stored.
 func isRefusal(code string) bool {
 	switch code {
-	case "shard_owned", "draining", "read_only", "overloaded", "not_ready":
+	case "shard_owned", "draining", "read_only", "overloaded", "not_ready",
+		// A write forwarded to no one (the owner could not be reached) or
+		// refused by the owner before anything was written.
+		"owner_unreachable", "not_owner":
 		return true
 	}
 	return false

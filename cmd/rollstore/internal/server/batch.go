@@ -74,22 +74,41 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	if len(items) == 0 {
 		return badRequest("empty batch")
 	}
-	res, err := tb.AppendBatch(r.Context(), items)
-	var be *engine.BatchError
-	if errors.As(err, &be) && be.Index >= 0 && be.Index < len(items) {
-		p := pos(be.Index)
-		p.err = be.Err
-		return p
-	}
-	if err != nil {
+	got := s.appendItems(r.Context(), tb, items)
+	if got.err != nil {
+		var err error = got.err
+		if got.failed >= 0 && got.failed < len(items) {
+			p := pos(got.failed)
+			p.err = got.err
+			err = p
+		}
+		var done []committedItem
+		for i, x := range got.res {
+			if x == nil {
+				continue
+			}
+			c := committedItem{ID: x.Record.ID, Created: x.Created}
+			if p := pos(i); p.what == "line" {
+				c.Line = ptr(p.n)
+			} else {
+				c.Row = ptr(p.n)
+			}
+			done = append(done, c)
+			if x.Created {
+				s.metrics.payloadBytes.WithLabelValues("written").Add(float64(x.Record.PayloadSize))
+			}
+		}
+		if done != nil {
+			err = &partialError{err: err, committed: done}
+		}
 		return err
 	}
 	out := struct {
 		Created  int           `json:"created"`
 		Existing int           `json:"existing"`
 		Records  []batchResult `json:"records"`
-	}{Records: make([]batchResult, len(res))}
-	for i, x := range res {
+	}{Records: make([]batchResult, len(got.res))}
+	for i, x := range got.res {
 		if x.Created {
 			out.Created++
 			s.metrics.payloadBytes.WithLabelValues("written").Add(float64(x.Record.PayloadSize))

@@ -65,9 +65,11 @@ func TestBatchNDJSON(t *testing.T) {
 	}
 }
 
+// TestBatchAllOrNothing: on a table of one partition, a batch is all or
+// nothing (TestBatchCommittedPerPartition covers several partitions).
 func TestBatchAllOrNothing(t *testing.T) {
 	e := newEnv(t)
-	e.createTable("t")
+	e.createTableWith("t", 1)
 	e.mustPut("t", "taken", []byte("original"))
 	good := ndjsonLine("n-1", "r", []byte("one"), "") + ndjsonLine("n-2", "r", []byte("two"), "")
 	cases := []struct {

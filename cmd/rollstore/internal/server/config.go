@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,6 +117,10 @@ type Config struct {
 	Collectors []prometheus.Collector
 	// Hooks are called at named points (tests pause or observe there).
 	Hooks hook.Func
+	// ForwardClient sends forwarded commits to the owners of partitions;
+	// nil: a client of the server's own (kept-alive connections, a 3 s
+	// connect timeout, 60 s for an answer).
+	ForwardClient *http.Client
 }
 
 // DefaultConfig returns the defaults.

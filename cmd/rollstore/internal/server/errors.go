@@ -42,6 +42,8 @@ const (
 	codeNotReady         = "not_ready"
 	codeReadOnly         = "read_only"
 	codeShardOwned       = "shard_owned"
+	codeNotOwner         = "not_owner"
+	codeOwnerUnreachable = "owner_unreachable"
 	codeMergerBusy       = "merger_busy"
 	codeFenced           = "fenced"
 	codeUnavailable      = "unavailable"
@@ -183,6 +185,10 @@ func classify(err error) outcome {
 		return outcome{http.StatusServiceUnavailable, codeReadOnly, true}
 	case errors.Is(err, engine.ErrFenced):
 		return outcome{http.StatusServiceUnavailable, codeFenced, true}
+	case errors.Is(err, engine.ErrNotOwner):
+		// The partition moved between routing and committing (or no
+		// writer is live for it): retry, and it is routed anew.
+		return outcome{http.StatusServiceUnavailable, codeNotOwner, true}
 	case errors.Is(err, engine.ErrShardOwned):
 		return outcome{http.StatusServiceUnavailable, codeShardOwned, true}
 	case errors.Is(err, engine.ErrMergerBusy):
@@ -222,6 +228,11 @@ type errorDetail struct {
 	// Line (NDJSON, from 1) or Row (Arrow, from 0) of a rejected batch.
 	Line *int `json:"line,omitempty"`
 	Row  *int `json:"row,omitempty"`
+	// Index of the failing item of an internal commit (forwarded writes).
+	Index *int `json:"index,omitempty"`
+	// Committed: the items of a failed batch that were committed
+	// nevertheless (rows of other partitions commit independently).
+	Committed []committedItem `json:"committed,omitempty"`
 }
 
 // writeError answers err. It reports the outcome for logs and metrics.
@@ -234,11 +245,18 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) o
 	var pe *positionError
 	if errors.As(err, &pe) {
 		n := pe.n
-		if pe.what == "line" {
+		switch pe.what {
+		case "line":
 			d.Line = &n
-		} else {
+		case "index":
+			d.Index = &n
+		default:
 			d.Row = &n
 		}
+	}
+	var part *partialError
+	if errors.As(err, &part) {
+		d.Committed = part.committed
 	}
 	h := w.Header()
 	for _, k := range []string{"Content-Range", "Content-Length", "ETag", "Last-Modified", "Accept-Ranges", "Content-Encoding", "Content-Disposition", "Content-Security-Policy"} {

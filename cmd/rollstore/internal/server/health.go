@@ -112,6 +112,9 @@ func (s *Server) warm(ctx context.Context) error {
 		if err := tb.Refresh(ctx); err != nil {
 			return fmt.Errorf("table %s: %w", name, err)
 		}
+		if err := s.join(ctx, tb); err != nil {
+			return fmt.Errorf("table %s: %w", name, err)
+		}
 	}
 	s.warmed.Store(true)
 	return nil

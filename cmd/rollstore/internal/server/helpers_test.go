@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -200,6 +201,14 @@ func (e *testEnv) send(req *http.Request) response {
 		e.t.Fatalf("%s %s: reading body: %v", req.Method, req.URL, err)
 	}
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// createTableWith creates a table of n partitions (a table of one
+// partition is what a test of whole-table atomicity needs: a batch on it
+// commits all or nothing).
+func (e *testEnv) createTableWith(name string, partitions int) {
+	e.t.Helper()
+	want(e.t, e.do("PUT", fmt.Sprintf("/v1/tables/%s?partitions=%d", name, partitions), nil), http.StatusCreated, "")
 }
 
 func (e *testEnv) createTable(name string) {

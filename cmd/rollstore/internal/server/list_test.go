@@ -149,7 +149,7 @@ func TestScan(t *testing.T) {
 
 func TestMergeAndVersions(t *testing.T) {
 	e := newEnv(t)
-	e.createTable("t")
+	e.createTableWith("t", 1) // one partition: one generation to merge
 	r := e.do("GET", "/v1/tables/t/versions", nil)
 	want(t, r, http.StatusOK, "")
 	var vs struct{ Versions []engine.VersionInfo }

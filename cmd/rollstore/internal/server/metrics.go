@@ -36,6 +36,10 @@ type metrics struct {
 	swept         *prometheus.CounterVec
 	pendingGens   *prometheus.GaugeVec
 	pendingRows   *prometheus.GaugeVec
+	// forwarded counts appends sent to the owner of their partition, by
+	// result; forwardDuration times the forwarded commits.
+	forwarded       *prometheus.CounterVec
+	forwardDuration *prometheus.HistogramVec
 
 	mu     sync.Mutex
 	tables []string // tables with pending gauges set
@@ -90,6 +94,15 @@ func newMetrics(db *engine.DB) *metrics {
 			Name: "rollstore_pending_rows",
 			Help: "Rows in WAL generations not yet merged, per table, as of the last merger pass.",
 		}, []string{"table"}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollstore_appends_forwarded_total",
+			Help: "Appends this pod staged and sent to the writer owning their partition, by result: committed (stored, or an identical retry), refused (the owner answered 4xx: a conflict, an invalid record), not_owner (the partition had moved), unreachable (not sent: no connection), unknown (sent, no answer), failed (the owner failed).",
+		}, []string{"result"}),
+		forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rollstore_forward_duration_seconds",
+			Help:    "Time of a forwarded commit (one request to the owner, carrying one append or a batch's items of that owner), by result.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"result"}),
 	}
 	// The build as a constant 1 with labels, the Prometheus convention for
 	// joining a version onto other series.
@@ -100,7 +113,7 @@ func newMetrics(db *engine.DB) *metrics {
 	}, []string{"version", "revision", "goversion"})
 	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
 	m.reg.MustRegister(m.requests, m.inflight, m.clientRefusals, m.payloadBytes, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
-		m.pendingGens, m.pendingRows, buildInfo, engineCollector{db},
+		m.pendingGens, m.pendingRows, m.forwarded, m.forwardDuration, buildInfo, engineCollector{db},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -70,7 +70,7 @@ func TestPutRetryIdentity(t *testing.T) {
 // differs refuses the whole batch with 409.
 func TestBatchRetryIdentity(t *testing.T) {
 	e := newEnv(t)
-	e.createTable("t")
+	e.createTableWith("t", 1) // all or nothing: one partition
 	line := func(id, extra string) string { return ndjsonLine(id, "r", []byte("payload of "+id), extra) }
 	first := line("x", `,"created_at":"2025-03-04T05:06:07.123456789Z","metadata":{"a":1.0,"n":9007199254740993}`) +
 		line("y", `,"metadata":{"a":1}`)

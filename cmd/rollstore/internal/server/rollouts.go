@@ -219,7 +219,7 @@ func (s *Server) putRollout(w http.ResponseWriter, r *http.Request) error {
 	}
 	body := s.newUploadBody(w, r, s.cfg.MaxBodyBytes)
 	body.digest = digest
-	res, err := tb.Append(r.Context(), hdr.record(id, r.Header.Get("Content-Type")), body, r.ContentLength)
+	res, err := s.appendOne(r.Context(), tb, hdr.record(id, r.Header.Get("Content-Type")), body, r.ContentLength)
 	body.done()
 	if err != nil {
 		return body.explain(err)

@@ -26,6 +26,7 @@ var queryParams = map[string][]string{
 	"GET /v1/tables/{table}/rollouts/{id}":         {"version"},
 	"GET /v1/tables/{table}/rollouts/{id}/payload": {"version"},
 	"GET /v1/tables/{table}/scan":                  {"version", "payloads"},
+	"PUT /v1/tables/{table}":                       {"partitions"},
 }
 
 func (s *Server) routes() {
@@ -48,6 +49,12 @@ func (s *Server) routes() {
 	s.handle("GET /v1/tables/{table}/scan", s.scan, 0)
 	s.handle("POST /v1/tables/{table}/merge", s.merge, 0)
 	s.handle("GET /v1/tables/{table}/versions", s.versions, 0)
+
+	// Commits forwarded by other writer pods (forward.go): behind auth,
+	// but not refused while draining (the partitions are this pod's until
+	// its database closes) nor counted against the request slots (the
+	// forwarding pod counted the request).
+	s.handle("POST "+internalCommitPath, s.commitStaged, internal)
 
 	// Everything else is answered in JSON too (404 or 405), and behind
 	// auth like any API route, so probing reveals nothing without a token.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rollstore/rollstore/engine"
+	"github.com/rollstore/rollstore/objstore"
 )
 
 // Server serves one engine.DB over HTTP.
@@ -35,6 +36,12 @@ type Server struct {
 	// sem holds one token per API request being served, uploads one per
 	// upload among them.
 	sem, uploads chan struct{}
+
+	// fwd is the client of forwarded commits (one pool of kept-alive
+	// connections to the other writers); payloadStore the engine's store,
+	// to delete the payload of a write that could not be forwarded.
+	fwd          *http.Client
+	payloadStore objstore.Bucket
 
 	draining atomic.Bool
 	// warmed is set once every table's snapshot was loaded, which is what
@@ -73,8 +80,33 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
+	s.fwd = cfg.ForwardClient
+	if s.fwd == nil {
+		s.fwd = newForwardClient()
+	}
+	if cfg.Store != nil {
+		if s.payloadStore, err = objstore.Prefixed(cfg.Store, cfg.StorePrefix); err != nil {
+			return nil, fmt.Errorf("store prefix: %w", err)
+		}
+	}
 	s.routes()
 	return s, nil
+}
+
+// newForwardClient is the client of forwarded commits: connections are
+// made quickly or not at all (a refused or unreachable owner is answered
+// 503 at once), kept alive between commits, and an owner that takes a
+// commit but does not answer is given up on after a bound well above a
+// commit's worst case (the store's retry budget).
+func newForwardClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
 }
 
 // Handler returns the HTTP handler of the API.
@@ -131,6 +163,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer stopMerger()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.RunMerger(mergeCtx) })
+	wg.Go(func() { s.joinLoop(mergeCtx, 2*time.Second) })
 	wg.Go(func() {
 		if err := s.warm(mergeCtx); err != nil {
 			s.log.Warn("loading tables at startup (readiness retries)", "err", err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/rollstore/rollstore/engine"
 )
@@ -26,8 +27,19 @@ func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("table")
-	if err := s.db.CreateTable(r.Context(), name); err != nil {
+	var opts engine.TableOptions
+	if q := r.URL.Query(); q.Has("partitions") {
+		n, err := strconv.Atoi(q.Get("partitions"))
+		if err != nil || n < 1 || n > engine.MaxPartitions {
+			return badRequest("partitions %q: want an integer from 1 to %d", q.Get("partitions"), engine.MaxPartitions)
+		}
+		opts.Partitions = n
+	}
+	if err := s.db.CreateTableWith(r.Context(), name, opts); err != nil {
 		return err
+	}
+	if tb, err := s.db.Table(r.Context(), name); err == nil {
+		_ = s.join(r.Context(), tb) // the others join within their join loop
 	}
 	w.Header().Set("Location", "/v1/tables/"+name)
 	writeJSON(w, http.StatusCreated, map[string]string{"name": name})

@@ -38,8 +38,17 @@ func TestTables(t *testing.T) {
 	want(t, r, http.StatusOK, "")
 	var st engine.Status
 	r.decode(t, &st)
-	if st.Name != "runs" || st.PendingRows != 1 || len(st.Pending) != 1 || st.Pending[0].Shard != "test-0" {
+	if st.Name != "runs" || st.PendingRows != 1 || len(st.Pending) != 1 ||
+		st.Pending[0].Shard != engine.PartitionName(engine.PartitionOf("a", engine.DefaultPartitions)) {
 		t.Fatalf("status before merge: %s", r.body)
+	}
+	if st.Partitions != engine.DefaultPartitions || len(st.Owners) != st.Partitions {
+		t.Fatalf("status: %d partitions, %d owners", st.Partitions, len(st.Owners))
+	}
+	for i, o := range st.Owners {
+		if o.Partition != engine.PartitionName(i) || o.Writer != "test-0" {
+			t.Fatalf("owner %d: %+v, want test-0", i, o)
+		}
 	}
 	e.merge("runs")
 	e.do("GET", "/v1/tables/runs", nil).decode(t, &st)
@@ -210,4 +219,22 @@ func TestDropWhileUploading(t *testing.T) {
 		t.Fatalf("read back: %d %q", p.status, p.body)
 	}
 	e.wantNothingStored("t", "before", "w-0", "w-5")
+}
+
+// TestCreateTablePartitions: ?partitions= fixes a table's partition count
+// (1..1024), shown with the owners in its status; anything else is 400.
+func TestCreateTablePartitions(t *testing.T) {
+	e := newEnv(t)
+	for _, bad := range []string{"0", "1025", "-1", "x", ""} {
+		want(t, e.do("PUT", "/v1/tables/p?partitions="+bad, nil), http.StatusBadRequest, codeInvalidArgument)
+	}
+	want(t, e.do("GET", "/v1/tables/p", nil), http.StatusNotFound, codeTableNotFound)
+	e.createTableWith("p", 4)
+	st, err := e.client.TableStatus(context.Background(), "p")
+	if err != nil || st.Partitions != 4 || len(st.Owners) != 4 || st.Owners[3].Partition != "p0003" || st.Owners[3].Writer != "test-0" {
+		t.Fatalf("status of a table of 4 partitions: %+v %v", st, err)
+	}
+	if err := e.client.CreateTableWithPartitions(context.Background(), "q", 1024); err != nil {
+		t.Fatal(err)
+	}
 }
