@@ -69,12 +69,12 @@ func (t *Table) Append(ctx context.Context, rec Record, r io.Reader, size int64)
 // process that does not own the partition forwards it to. Only the record
 // travels; the payload is never sent twice.
 type Staged struct {
-	Record Record `json:"record"`
+	Record Record
 	// GivenAt: the caller gave Record.CreatedAt (see compare).
-	GivenAt bool `json:"given_at,omitempty"`
+	GivenAt bool
 	// Uploaded is when its payload upload began: a row whose payload
 	// object is old enough for the orphan sweep is not committed.
-	Uploaded time.Time `json:"uploaded"`
+	Uploaded time.Time
 }
 
 // Stage validates an append and stores its payload (see Append), ready for

@@ -148,7 +148,7 @@ func TestHeadLayoutMergerSealsWhileWriterPausedAtSwap(t *testing.T) {
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(2 * time.Minute)
+	clk.Advance(3 * time.Minute) // past abandonedAfter(GenMaxAge)
 	mcfg := leaseConfig("", clk)
 	mcfg.GenMaxAge = time.Minute
 	m := newEnv(t, mem, mcfg)

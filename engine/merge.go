@@ -195,6 +195,17 @@ type candidate struct {
 	seal  *sealRecord
 }
 
+// abandonedAfter is how long an open generation's head must stand still
+// before the merger takes its writer for gone and seals it: well past the
+// GenMaxAge at which a live writer seals it itself (counted from its first
+// segment, at or before the head's last change), with room for a head's
+// Last-Modified, which the store rounds down to the second. Partitions
+// hold no lease that would tell the merger their writer is alive, and
+// sealing a live writer's generation fences it.
+func abandonedAfter(genMaxAge time.Duration) time.Duration {
+	return 2*genMaxAge + 2*time.Second
+}
+
 // mergeCandidates returns, per shard in name order, the sealed generations
 // above the base's watermark, in generation order from watermark+1 on: the
 // only order a merge may take them in (a watermark means "everything up to
@@ -211,7 +222,7 @@ func (t *Table) mergeCandidates(ctx context.Context, reg *registry, m *Manifest)
 		if err != nil {
 			return nil, sealedNow, err
 		}
-		if !h.Sealed && !(t.partitions == 0 && shard == t.db.cfg.Shard) && t.liveWriter(shard) == nil && t.db.rt.Now().Sub(h.modified) >= t.db.cfg.GenMaxAge {
+		if !h.Sealed && h.Segs > 0 && !(t.partitions == 0 && shard == t.db.cfg.Shard) && t.liveWriter(shard) == nil && t.db.rt.Now().Sub(h.modified) >= abandonedAfter(t.db.cfg.GenMaxAge) {
 			if hs, ok, err := t.sealAbandoned(ctx, shard, h); err != nil {
 				return nil, sealedNow, err
 			} else if ok {

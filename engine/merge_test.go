@@ -294,7 +294,7 @@ func TestMergerSealsAbandonedShard(t *testing.T) {
 	if res, err := m.tb.Merge(context.Background(), MergeOptions{}); err != nil || res.Version != 0 {
 		t.Fatalf("merged a live writer's open generation: %+v %v", res, err)
 	}
-	clk.Advance(2 * time.Hour) // lease expired, generation older than GenMaxAge
+	clk.Advance(3 * time.Hour) // lease expired, the head still past abandonedAfter(GenMaxAge)
 	res, err := m.tb.Merge(context.Background(), MergeOptions{})
 	if err != nil || res.Rows != 2 {
 		t.Fatalf("abandoned shard not merged: %+v %v", res, err)

@@ -283,8 +283,15 @@ func (t *Table) status(ctx context.Context) (Status, error) {
 			return Status{}, err
 		}
 	}
-	if err := t.backpressure(s, t.db.cfg.Shard); err != nil {
-		st.Backpressure = err.Error()
+	shards := []string{t.db.cfg.Shard}
+	if t.partitions > 0 {
+		shards = s.names
+	}
+	for _, shard := range shards {
+		if err := t.backpressure(s, shard); err != nil {
+			st.Backpressure = err.Error()
+			break
+		}
 	}
 	for _, name := range sortedKeys(s.shards) {
 		for _, g := range s.shards[name].gens {
