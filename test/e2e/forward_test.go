@@ -35,7 +35,10 @@ import (
 //     same content until acknowledged and some ids written by two clients
 //     with different contents at once: every acknowledged row reads back
 //     byte-equal from every writer, and no id is acknowledged with two
-//     contents.
+//     contents;
+//  4. a writer killed for good (SIGKILL, not restarted): its partitions are
+//     writable through the others within the member timeout
+//     (--lease-duration).
 //
 // No merger runs: reads come from the writers' WAL, and no generation of a
 // live writer is sealed by another process.
@@ -204,6 +207,30 @@ func TestForwardingWriters(t *testing.T) {
 		t.Error(p)
 	}
 	c.logf("verified %d acknowledged rows on every writer", len(led.acked()))
+
+	// 4. A writer killed for good: once its heartbeat is older than the
+	// member timeout (--lease-duration), the others own its partitions.
+	dead := writer("w-1")
+	c.kill(dead)
+	killedAt := time.Now()
+	probe = ownedBy("w-1", "orphaned", 1)[0]
+	took = c.waitFor("a write through w-0 to a partition of the killed w-1", slowdown*4*leaseDuration, 100*time.Millisecond, func() bool {
+		st, _ := putID(c.http, writer("w-0"), tbl, probe, contentOf(probe, "a", 100))
+		return st == http.StatusCreated || st == http.StatusOK
+	})
+	c.logf("4: w-1 killed; its partitions writable through w-0 %v after the kill (member timeout %v)",
+		time.Since(killedAt).Round(time.Millisecond), leaseDuration)
+	// The member timeout decides, not the machine: a bound of twice it
+	// catches partitions that never move, without timing the machine.
+	if took > slowdown*2*leaseDuration {
+		t.Errorf("w-1's partitions became writable elsewhere only %v after it was killed, want about the member timeout %v", took, leaseDuration)
+	}
+	for _, name := range []string{"w-0", "w-2"} {
+		got, status, err := getPayload(c.http, writer(name), tbl, probe)
+		if err != nil || status != http.StatusOK || !bytes.Equal(got, contentOf(probe, "a", 100)) {
+			t.Errorf("%s from %s after w-1's partitions moved: %d %v", probe, name, status, err)
+		}
+	}
 }
 
 // contentOf derives an id's payload for writer (or version) v.
