@@ -15,7 +15,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := github.com/rollstore/rollstore/internal/version
 LDFLAGS  := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 
-.PHONY: all build run test unit lint sim soak sim-mutants bench bench-latency fixture azurite-install clean
+.PHONY: all build run test unit lint sim soak sim-mutants bench bench-latency bench-partitions fixture azurite-install clean
 
 all: build
 
@@ -91,6 +91,16 @@ bench:
 # `make bench-latency BENCH_FLAGS=-quick` only prints (< 1 min).
 bench-latency:
 	$(GO) run ./cmd/rollbench -store latency $(BENCH_FLAGS)
+
+# The partitions phase alone (part of `make bench`): absent lookups with
+# writers active on the latency model (writers × partitions grid) and on
+# Azurite, store calls per append, an append through a non-owner against
+# one through the owner, and sustained writes with merges from 3 and 16
+# writers (BENCH_FLAGS=-part-sustain=10m for the issue's 10 minutes each).
+# Rewrites the "Partitions" section of BENCHMARKS.md (≈ 10 min);
+# BENCH_FLAGS=-quick is a smoke run that only prints.
+bench-partitions:
+	$(AZURITE) run -- $(GO) run ./cmd/rollbench -phases partitions $(BENCH_FLAGS)
 
 # The staging fixture (rollstore fixture) against a fresh Azurite, as an
 # operator runs it against a storage account, sized for Azurite on a small

@@ -60,11 +60,14 @@ type childMsg struct {
 	// the job, for a stopped trickle or sustained write).
 	Ops map[string]int64 `json:"ops,omitempty"`
 	// Append latencies and refusals of a trickle or a sustained write.
-	Lat          []time.Duration  `json:"lat,omitempty"`
-	Backpressure int              `json:"backpressure,omitempty"`
-	Errors       int              `json:"errors,omitempty"`
-	ErrSample    []string         `json:"err_sample,omitempty"`
-	Stats        map[string]int64 `json:"stats,omitempty"`
+	Lat          []time.Duration `json:"lat,omitempty"`
+	Backpressure int             `json:"backpressure,omitempty"`
+	Errors       int             `json:"errors,omitempty"`
+	// Forwarded counts the appends committed by another writer (the
+	// owner of their partition).
+	Forwarded int              `json:"forwarded,omitempty"`
+	ErrSample []string         `json:"err_sample,omitempty"`
+	Stats     map[string]int64 `json:"stats,omitempty"`
 
 	Pass *passReport `json:"pass,omitempty"`
 }
@@ -84,10 +87,14 @@ type passReport struct {
 
 // ---- The child side. ----
 //
-// With -store latency a child is not a process but goroutines of this one
-// (a memory bucket cannot be shared between processes): the same child,
-// with its own engine.DB over its own counting bucket, driven by direct
-// calls instead of JSON lines (see startChild).
+// A writer is not a process but goroutines of this one (with -store
+// latency the merger too: a memory bucket cannot be shared between
+// processes): the same child, with its own engine.DB over its own counting
+// bucket (its own connection pool on Azurite), driven by direct calls
+// instead of JSON lines (see startChild). Writers of a partitioned table
+// forward the rows of partitions they do not own to the owner's engine
+// (routedAppend), which needs the owners in reach; rollbench runs no HTTP
+// servers to forward through.
 
 type childOpts struct {
 	role          string
@@ -146,6 +153,10 @@ type child struct {
 	db    *engine.DB
 	tally *tally
 	rec   *ioRecorder
+	// route finds the other writers of the run (local children only);
+	// closeStore closes a store the child opened for itself.
+	route      router
+	closeStore func() error
 
 	// The background job (trickle, sustained write, merge loop) and its
 	// stop function, which returns the job's summary.
@@ -231,7 +242,11 @@ func (c *child) close(ctx context.Context) error {
 	c.stopJob()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return c.db.Close(cctx)
+	err := c.db.Close(cctx)
+	if c.closeStore != nil {
+		err = errors.Join(err, c.closeStore())
+	}
+	return err
 }
 
 func replyErr(err error) childMsg {
@@ -305,6 +320,7 @@ func (c *child) appendRange(ctx context.Context, req childReq) childMsg {
 	var mu sync.Mutex
 	var nerr int
 	var errs []string
+	var fwd atomic.Int64
 	// A failed append is retried (an identical retry is answered from what
 	// landed, so it cannot duplicate a row), twice at most; every failure
 	// is reported, so the parent can say what went wrong and still build
@@ -312,8 +328,11 @@ func (c *child) appendRange(ctx context.Context, req childReq) childMsg {
 	d, err := runPool(ctx, req.To-req.From, max(req.Conc, 1), func(ctx context.Context, i int) error {
 		id := fmt.Sprintf("%s%06d", req.Prefix, req.From+i)
 		for attempt := 0; ; attempt++ {
-			_, err := tb.Append(ctx, record(id, req.From+i), bytes.NewReader(payload(id, req.Size)), int64(req.Size))
+			f, err := routedAppend(ctx, tb, c.o.shard, c.route, record(id, req.From+i), payload(id, req.Size))
 			if err == nil {
+				if f {
+					fwd.Add(1)
+				}
 				return nil
 			}
 			mu.Lock()
@@ -328,7 +347,7 @@ func (c *child) appendRange(ctx context.Context, req childReq) childMsg {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
-	m := childMsg{N: req.To - req.From, Dur: d, Ops: c.tally.snap().sub(before).ops, Errors: nerr, ErrSample: errs}
+	m := childMsg{N: req.To - req.From, Dur: d, Ops: c.tally.snap().sub(before).ops, Errors: nerr, ErrSample: errs, Forwarded: int(fwd.Load())}
 	if err != nil {
 		m.Err = err.Error()
 	}
@@ -348,6 +367,7 @@ func (c *child) writeJob(tb *engine.Table, req childReq) func() childMsg {
 		lat   []time.Duration
 		bp    int
 		nerr  int
+		fwd   int
 		errs  []string
 		seq   atomic.Int64
 		wg    sync.WaitGroup
@@ -388,7 +408,7 @@ func (c *child) writeJob(tb *engine.Table, req childReq) func() childMsg {
 				i := int(seq.Add(1) - 1)
 				id := fmt.Sprintf("%s%07d", req.Prefix, i)
 				t0 := time.Now()
-				_, err := tb.Append(ctx, record(id, i), bytes.NewReader(payload(id, req.Size)), int64(req.Size))
+				f, err := routedAppend(ctx, tb, c.o.shard, c.route, record(id, i), payload(id, req.Size))
 				d := time.Since(t0)
 				if ctx.Err() != nil {
 					return // stopped mid-append: neither acknowledged nor an error
@@ -397,6 +417,9 @@ func (c *child) writeJob(tb *engine.Table, req childReq) func() childMsg {
 				switch {
 				case err == nil:
 					lat = append(lat, d)
+					if f {
+						fwd++
+					}
 				case errors.Is(err, engine.ErrBackpressure):
 					bp++
 				default:
@@ -419,7 +442,7 @@ func (c *child) writeJob(tb *engine.Table, req childReq) func() childMsg {
 		wg.Wait()
 		mu.Lock()
 		defer mu.Unlock()
-		return childMsg{N: len(lat), Lat: lat, Backpressure: bp, Errors: nerr, ErrSample: errs, Stats: statsMap(c.db.Stats()),
+		return childMsg{N: len(lat), Lat: lat, Backpressure: bp, Errors: nerr, ErrSample: errs, Forwarded: fwd, Stats: statsMap(c.db.Stats()),
 			Ops: c.tally.snap().sub(before).ops}
 	}
 }
@@ -521,10 +544,12 @@ type proc struct {
 }
 
 // startChild starts `rollbench child` with args and waits for nothing: the
-// first request's reply shows it is up. With -store latency it starts the
-// same child in this process, over the latency model's bucket.
+// first request's reply shows it is up. A writer, and with -store latency
+// any child, it starts in this process instead (startLocalChild).
 func startChild(e *env, name string, args ...string) (*proc, error) {
-	if e.lat != nil {
+	if co, err := parseChildFlags(args); err != nil {
+		return nil, err
+	} else if e.lat != nil || co.role == "writer" {
 		return startLocalChild(e, name, args...)
 	}
 	exe, err := os.Executable()
@@ -573,9 +598,28 @@ func startLocalChild(e *env, name string, args ...string) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{name: name}
-	c := &child{o: o, name: name, tally: newTally(), send: p.event}
-	if err := c.open(e.lat.Bucket()); err != nil {
+	c := &child{o: o, name: name, tally: newTally(), send: p.event, route: e.writer}
+	var store objstore.Bucket
+	if e.lat != nil {
+		store = e.lat.Bucket()
+	} else {
+		// Its own client and connection pool, as a process of its own has.
+		az, err := azure.New(context.Background(), azure.Config{
+			Auth:             azure.AuthConnectionString,
+			ConnectionString: os.Getenv(EnvConnectionString),
+			Container:        e.rsContainer,
+			HTTPClient:       newHTTPClient(azure.DefaultMaxConnsPerHost, c.tally),
+		})
+		if err != nil {
+			return nil, err
+		}
+		store, c.closeStore = az, az.Close
+	}
+	if err := c.open(store); err != nil {
 		return nil, err
+	}
+	if o.role == "writer" {
+		e.addWriter(o.shard, c.db)
 	}
 	p.local = c
 	e.procs = append(e.procs, p)

@@ -242,6 +242,9 @@ func keyClass(key string) string {
 		}
 		return "data-file"
 	}
+	if key == inc.Members() {
+		return "members"
+	}
 	if k, ok := inc.ParseWAL(key); ok {
 		switch {
 		case k.Registry:

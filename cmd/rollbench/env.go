@@ -70,6 +70,25 @@ type env struct {
 	mu       sync.Mutex
 	problems []string // correctness failures found along the way
 	warnings []string // other errors: reported, not failing the run
+	// writers are the engines of the run's writers, by shard name: where
+	// routedAppend forwards a row to its partition's owner.
+	writers map[string]*engine.DB
+}
+
+func (e *env) addWriter(name string, db *engine.DB) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.writers == nil {
+		e.writers = map[string]*engine.DB{}
+	}
+	e.writers[name] = db
+}
+
+// writer is the env's router.
+func (e *env) writer(name string) *engine.DB {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.writers[name]
 }
 
 // warn records an error that is not a read's (an append refused or timed

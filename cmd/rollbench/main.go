@@ -103,6 +103,12 @@ type options struct {
 	mergePrebuild   int
 	probeEvery      time.Duration
 
+	// Partitions (partitions.go).
+	partWriters, partCounts, partAzWriters, partSustainWriters []int
+	partSamples, partFwdSamples, partFwdSize, partSustainSize  int
+	partSpread, partSustainDur, partTick                       time.Duration
+	partSustainRate                                            float64
+
 	phases map[string]bool
 
 	// The store: "azurite" (the default) or "latency" (objstore/memory
@@ -118,11 +124,12 @@ type options struct {
 }
 
 // allPhases are the report's phases in order; -phases selects some.
-var allPhases = []string{"appends", "memory", "reads", "backlog", "shards", "merge"}
+var allPhases = []string{"appends", "memory", "reads", "backlog", "shards", "partitions", "merge"}
 
-// latencyPhases are the phases -store latency runs: the others compare
-// against the Azure SDK itself (uploads, memory, merge replays), or are
-// about Azurite.
+// latencyPhases are the phases -store latency runs by default; the others
+// compare against the Azure SDK itself (uploads, memory, merge replays), or
+// are about Azurite. It may also run partitions (-phases partitions): its
+// model parts then, without its Azurite parts.
 var latencyPhases = []string{"backlog", "shards"}
 
 // The stores.
@@ -196,6 +203,19 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.passSampleEvery, "pass-sample-every", 20*time.Second, "replay a merge pass with the raw SDK at most this often")
 	fs.IntVar(&o.mergePrebuild, "merge-prebuild", 300, "rows per writer sealed before the merge run (its first, quiet, pass)")
 	fs.DurationVar(&o.probeEvery, "probe-every", 250*time.Millisecond, "during the merge run, a raw GET on its own goroutine this often (Azurite's own stalls)")
+	o.partWriters, o.partCounts, o.partAzWriters, o.partSustainWriters = intList{1, 4, 16, 64}, intList{16, 64, 256}, intList{1, 4, 16}, intList{3, 16}
+	fs.Var((*intList)(&o.partWriters), "part-writers", "partitions phase: writer counts of the latency model's grid")
+	fs.Var((*intList)(&o.partCounts), "part-partitions", "partitions phase: partition counts of the latency model's grid")
+	fs.Var((*intList)(&o.partAzWriters), "part-az-writers", "partitions phase: writer counts of the absent lookups on Azurite")
+	fs.Var((*intList)(&o.partSustainWriters), "part-sustain-writers", "partitions phase: writer counts of the sustained writes")
+	fs.IntVar(&o.partSamples, "part-samples", 200, "partitions phase: absent lookups (and raw GETs, raw HEADs) per cell")
+	fs.DurationVar(&o.partSpread, "part-spread", 6*time.Second, "partitions phase: each cell spreads its samples over at least this long")
+	fs.IntVar(&o.partFwdSamples, "part-fwd-samples", 100, "partitions phase: appends per path (owner, non-owner) and raw PUTs")
+	fs.IntVar(&o.partFwdSize, "part-fwd-size", 53<<10, "partitions phase: payload bytes of the owner/non-owner appends")
+	fs.DurationVar(&o.partSustainDur, "part-sustain", 2*time.Minute, "partitions phase: length of each sustained-write run (the issue's goal is 10m)")
+	fs.Float64Var(&o.partSustainRate, "part-sustain-rate", 100, "partitions phase: rows per second offered by all the writers of a sustained-write run together")
+	fs.IntVar(&o.partSustainSize, "part-sustain-size", 8<<10, "partitions phase: payload bytes of the sustained writes' rows")
+	fs.DurationVar(&o.partTick, "part-tick", 2*time.Second, "partitions phase: how often the sustained writes sample pending generations")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run ("+strings.Join(allPhases, ",")+"); a partial run only prints")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", `write the report here ("" to only print it)`)
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench containers instead of deleting them")
@@ -226,10 +246,20 @@ func parseFlags(args []string) (*options, error) {
 		}
 	}
 	phaseList := allPhases
+	if o.quick {
+		def("part-writers", func() { o.partWriters = intList{1, 4} })
+		def("part-partitions", func() { o.partCounts = intList{16, 64} })
+		def("part-az-writers", func() { o.partAzWriters = intList{1, 4} })
+		def("part-samples", func() { o.partSamples = 30 })
+		def("part-spread", func() { o.partSpread = time.Second })
+		def("part-fwd-samples", func() { o.partFwdSamples = 15 })
+		def("part-sustain", func() { o.partSustainDur = 10 * time.Second })
+		def("sustain-verify", func() { o.sustainVerify = 50 })
+	}
 	switch o.store {
 	case storeAzurite:
 	case storeLatency:
-		phaseList = latencyPhases
+		phaseList = append(latencyPhases[:len(latencyPhases):len(latencyPhases)], "partitions")
 		switch *tier {
 		case "standard":
 			o.lat = latency.StandardConfig()
@@ -315,7 +345,13 @@ func parseFlags(args []string) (*options, error) {
 		}
 		o.phases[ph] = true
 	}
-	if len(o.phases) < len(phaseList) && !set["out"] {
+	// A partial run only prints, except a run of the partitions phase
+	// alone, which writes its own section (as -store latency writes its).
+	defaults := len(allPhases)
+	if o.store == storeLatency {
+		defaults = len(latencyPhases)
+	}
+	if len(o.phases) < defaults && !set["out"] && !o.partitionsOnly() {
 		o.out = ""
 	}
 	switch {
@@ -333,10 +369,16 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("-shard-segments must be at least the largest shard count")
 	case o.idleAfter <= 0 || o.activeInterval <= 0 || o.sustainTick <= 0 || o.sustainDur <= 0:
 		return nil, errors.New("durations must be positive")
+	case o.partSamples < 1 || o.partFwdSamples < 1 || o.partFwdSize < 1 || o.partSustainSize < 1 || o.partSustainRate <= 0 ||
+		o.partSustainDur <= 0 || o.partTick <= 0 || o.partSpread < 0:
+		return nil, errors.New("the -part-* counts, sizes, rates and durations must be positive")
 	}
 	o.args = args
 	return o, nil
 }
+
+// partitionsOnly: the run is the partitions phase alone.
+func (o *options) partitionsOnly() bool { return len(o.phases) == 1 && o.phases["partitions"] }
 
 var started = time.Now()
 
@@ -429,7 +471,10 @@ func measure(ctx context.Context, o *options) (*report, error) {
 	}
 
 	// 3. Read latency, quiet. The reads fixture also holds the raw blobs
-	// every later phase's baseline reads.
+	// every later phase's baseline reads (the partitions phase has its own).
+	if o.partitionsOnly() {
+		return rep.partitions(ctx, e)
+	}
 	r, err := setupReads(ctx, e, wdb)
 	if err != nil {
 		return nil, err
@@ -467,6 +512,13 @@ func measure(ctx context.Context, o *options) (*report, error) {
 		}
 	}
 
+	// Partitioned tables, on the latency model and on Azurite.
+	if o.phases["partitions"] && ctx.Err() == nil {
+		if _, err := rep.partitions(ctx, e); err != nil {
+			return nil, err
+		}
+	}
+
 	// 6. Merges under sustained writes.
 	if o.phases["merge"] && ctx.Err() == nil {
 		r.prober.mark("9. merges under sustained writes")
@@ -482,8 +534,11 @@ func measure(ctx context.Context, o *options) (*report, error) {
 	for _, ph := range rep.phases() {
 		rep.problems = append(rep.problems, ph.verify()...)
 	}
+	if rep.parts != nil {
+		rep.problems = append(rep.problems, rep.parts.verify()...)
+	}
 	rep.dur = time.Since(rep.started)
-	if r.prober != nil {
+	if r != nil && r.prober != nil {
 		rep.probes = r.prober.perPhase(time.Since(r.prober.start))
 	}
 	rep.load1 = loadavg()
@@ -495,6 +550,9 @@ func measure(ctx context.Context, o *options) (*report, error) {
 // top says what broke; the error it returns fails make.
 func (rep *report) output() error {
 	o := rep.o
+	if o.partitionsOnly() {
+		return rep.outputPartitions()
+	}
 	if rep.e.lat != nil {
 		return rep.outputLatency()
 	}
@@ -507,6 +565,9 @@ func (rep *report) output() error {
 			if tail := keptTail(string(old)); tail != "" {
 				md = strings.TrimRight(md, "\n") + "\n" + tail
 			}
+		}
+		if rep.parts != nil {
+			md = spliceSection(md, partHeading, rep.partitionsMarkdown())
 		}
 		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
 			return err

@@ -23,6 +23,7 @@ type report struct {
 	quiet, load  *readPhase
 	scalings     []*scaling // in the order of scaleSpecs
 	sustain      *sustainResult
+	parts        *partResult  // the partitions phase
 	probes       []phaseStats // the prober's, per phase
 	problems     []string
 	warnings     []string

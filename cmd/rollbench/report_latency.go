@@ -26,7 +26,7 @@ const (
 // latency model's) to the end.
 func keptTail(old string) string {
 	cut := -1
-	for _, h := range []string{fixtureHeading, latencyHeading} {
+	for _, h := range []string{fixtureHeading, latencyHeading, partHeading} {
 		if i := strings.Index(old, "\n"+h); i >= 0 && (cut < 0 || i < cut) {
 			cut = i
 		}
@@ -63,7 +63,11 @@ func (r *report) outputLatency() error {
 		if err != nil && !os.IsNotExist(err) {
 			return err
 		}
-		if err := os.WriteFile(o.out, []byte(spliceSection(string(old), latencyHeading, md)), 0o644); err != nil {
+		out := spliceSection(string(old), latencyHeading, md)
+		if r.parts != nil {
+			out = spliceSection(out, partHeading, r.partitionsMarkdown())
+		}
+		if err := os.WriteFile(o.out, []byte(out), 0o644); err != nil {
 			return err
 		}
 		logf("wrote the latency model's section of %s", o.out)
