@@ -104,8 +104,14 @@ func (t *Table) Stage(ctx context.Context, rec Record, r io.Reader, size int64) 
 	var err error
 	if t.fresh() == nil {
 		// Learn of a drop elsewhere before the body is read, while the
-		// append can still move to the table's new incarnation.
-		_, err = t.refreshed(ctx, t.refresh.ticket(), false)
+		// append can still move to the table's new incarnation (in a
+		// partitioned table, the id's partition refresh checks the
+		// registry with its head).
+		if t.partitions > 0 {
+			_, err = t.refreshedPartition(ctx, t.PartitionOf(rec.ID), t.refresh.ticket())
+		} else {
+			_, err = t.refreshed(ctx, t.refresh.ticket(), false)
+		}
 	}
 	moved := false
 	var st *Staged

@@ -426,7 +426,7 @@ func (w *shardWriter) publish(prev head, seg segView) {
 		return // the view is not what the writer counted: leave it to a probe
 	}
 	gens = append(gens, newGenView(w.shard, h.Gen, false, open))
-	t.installPartition(cur, w.shard, &shardView{head: h, gens: gens})
+	t.installPartition(cur, w.shard, &shardView{head: h, gens: gens}, time.Time{})
 }
 
 // lookupOwned is lookupMany for the rows of the writer's own partition:

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/rollstore/rollstore/internal/sched"
 	"github.com/rollstore/rollstore/objstore"
@@ -55,17 +56,57 @@ func (t *Table) refreshPartition(ctx context.Context, shard string, flight uint6
 		t.install(s)
 		return s, nil
 	}
-	// A snapshot past ResidentMaxAge is refreshed whole (once per period
-	// however many reads): that is how a drop, a merge and the newest base
-	// are noticed.
-	cur := t.fresh()
+	cur := t.snap.Load()
 	if cur == nil {
 		return whole(false)
 	}
 	if err := t.checkLive(); err != nil {
 		return nil, err
 	}
-	h, err := readHead(ctx, t.db, t.keys, shard)
+	// A snapshot past ResidentMaxAge is checked against the registry in
+	// the same round trip as the head (a drop, or a merge's new base,
+	// shows there), and refreshed whole in the background when its base
+	// probe is due: no read waits on a whole refresh's probes.
+	now := t.db.rt.Now()
+	stale := now.Sub(cur.checkedAt) > t.db.cfg.ResidentMaxAge
+	var h head
+	var err, regErr error
+	var regAttrs objstore.Attrs
+	if err := sched.Parallel(ctx, t.db.rt, 2, 2, func(ctx context.Context, i int) error {
+		if i == 0 {
+			h, err = readHead(ctx, t.db, t.keys, shard)
+		} else if stale {
+			regAttrs, regErr = t.db.store.Head(ctx, t.keys.Registry())
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var checked time.Time
+	if stale {
+		switch {
+		case errors.Is(regErr, objstore.ErrNotFound):
+			return nil, errDropped
+		case regErr != nil:
+			return nil, regErr
+		case regAttrs.ETag != t.regSeen(cur):
+			reg, _, err := readRegistry(ctx, t.db, t.keys)
+			if errors.Is(err, objstore.ErrNotFound) || err == nil && reg.Dropped {
+				return nil, errDropped
+			}
+			if err != nil {
+				return nil, err
+			}
+			if reg.Base > cur.version() {
+				return whole(true) // a merge committed: its base holds rows the WAL may have lost
+			}
+			t.regEtag.Store(&reg.etag)
+		}
+		checked = now
+		if now.Sub(cur.baseProbedAt) >= t.db.cfg.BaseProbeInterval {
+			t.refreshInBackground()
+		}
+	}
 	switch {
 	case errors.Is(err, errNoHead):
 		// A partition never written, or an incarnation whose drop
@@ -78,6 +119,9 @@ func (t *Table) refreshPartition(ctx context.Context, shard string, flight uint6
 	}
 	prev := cur.shards[shard]
 	if prev != nil && !headAfter(h, prev.head) {
+		if !checked.IsZero() {
+			return t.installPartition(cur, shard, prev, checked), nil
+		}
 		return cur, nil // nothing new: cur already counts this head
 	}
 	sv := &shardView{head: h}
@@ -91,7 +135,7 @@ func (t *Table) refreshPartition(ctx context.Context, shard string, flight uint6
 	if err != nil {
 		return nil, err
 	}
-	return t.installPartition(cur, shard, sv), nil
+	return t.installPartition(cur, shard, sv, checked), nil
 }
 
 // headAfter reports whether head a is later in its shard's chain than b.
@@ -108,9 +152,10 @@ func headAfter(a, b head) bool {
 // installPartition makes sv the resident snapshot's view of shard (unless
 // the resident one is later already), less the generations the resident
 // base holds, and returns the snapshot it installed. The rest of the
-// snapshot, its base and its flight stay as they are; from, the snapshot
-// sv was built on, stands in for a resident one evicted meanwhile.
-func (t *Table) installPartition(from *snapshot, shard string, sv *shardView) *snapshot {
+// snapshot, its base and its flight stay as they are, and its checkedAt
+// moves to checked if later (the registry was checked then); from, the
+// snapshot sv was built on, stands in for a resident one evicted meanwhile.
+func (t *Table) installPartition(from *snapshot, shard string, sv *shardView, checked time.Time) *snapshot {
 	for {
 		cur := t.snap.Load()
 		base := cur
@@ -132,6 +177,9 @@ func (t *Table) installPartition(from *snapshot, shard string, sv *shardView) *s
 			}
 			ns.shards[shard] = nv
 		}
+		if checked.After(ns.checkedAt) {
+			ns.checkedAt = checked
+		}
 		ns.pendingGens = 0
 		ns.account()
 		if t.retiredErr() != nil {
@@ -142,4 +190,28 @@ func (t *Table) installPartition(from *snapshot, shard string, sv *shardView) *s
 			return &ns
 		}
 	}
+}
+
+// regSeen is the registry ETag last checked (by a partition refresh) or
+// read (by a whole one, into cur).
+func (t *Table) regSeen(cur *snapshot) string {
+	if p := t.regEtag.Load(); p != nil {
+		return *p
+	}
+	if cur.reg != nil {
+		return cur.reg.etag
+	}
+	return ""
+}
+
+// refreshInBackground starts a whole refresh no read waits for (one at a
+// time): it probes for a newer base and prunes what the base now holds.
+func (t *Table) refreshInBackground() {
+	if !t.bgRefresh.CompareAndSwap(false, true) {
+		return
+	}
+	t.db.rt.Go(func() {
+		defer t.bgRefresh.Store(false)
+		_, _ = t.refreshed(context.Background(), t.refresh.ticket(), false)
+	})
 }

@@ -31,6 +31,10 @@ type Table struct {
 	// and existence checks of partitioned tables), by partition.
 	partMu      sync.Mutex
 	partRefresh map[string]*refresher
+	// regEtag is the registry ETag a partition refresh last found not
+	// dropped; bgRefresh is set while a background whole refresh runs.
+	regEtag   atomic.Pointer[string]
+	bgRefresh atomic.Bool
 	// pinned keeps base-only snapshots of explicitly requested versions.
 	pinned *cache.Cache[uint64, *snapshot]
 

@@ -71,13 +71,16 @@ func (t *Table) writerFor(ctx context.Context, shard string) (*shardWriter, erro
 	if t.partitions > 0 {
 		// Taking a partition over is rare and fences whoever holds it: it
 		// is decided on the members as they are now, not as cached (a
-		// process replaced under its name learns it here).
-		o, err := t.owner(ctx, shard, true)
-		if err != nil {
-			return nil, t.noteGone(err)
-		}
-		if !o.Self {
-			return nil, &NotOwnerError{Owner: o}
+		// process replaced under its name learns it here). A partition
+		// the cached view gives to another is refused without a read.
+		for _, fresh := range []bool{false, true} {
+			o, err := t.owner(ctx, shard, fresh)
+			if err != nil {
+				return nil, t.noteGone(err)
+			}
+			if !o.Self {
+				return nil, &NotOwnerError{Owner: o}
+			}
 		}
 	}
 	if err := t.wlock.Lock(ctx); err != nil {
