@@ -32,7 +32,7 @@ var notYetExported = map[string]string{
 	// does. Creating its series at zero, as the store metrics do, would
 	// export it here and give the dashboard's rate() a value before the
 	// first forward.
-	"rollstore_appends_forwarded_total": "not in this tree's server, and without samples until a pod forwards",
+	"rollstore_appends_forwarded_total": "registered by write forwarding, with no samples until a pod forwards an append",
 }
 
 var (
