@@ -7,6 +7,11 @@ TIMEOUT  ?= 25m
 # kustomize, kube-score and k8s.io/api stay out of the service's go.mod;
 # `go test ./...` at the root does not descend into it.
 K8S      := deploy/k8s
+# The alerting rules' and the dashboard's tests, and promtool (pinned in its
+# go.mod's tool directive), are a module of their own too
+# (deploy/prometheus/go.mod): github.com/prometheus/prometheus is heavy, and
+# needs a newer k8s.io/api than deploy/k8s can take.
+PROM     := deploy/prometheus
 
 # What `rollstore version` and rollstore_build_info report.
 BIN      ?= bin/rollstore
@@ -28,16 +33,19 @@ run:
 
 # gofmt; the documents' relative links and anchors; go vet; staticcheck
 # (pinned in go.mod's tool directive); and golangci-lint for errcheck only (pinned in tools/go.mod; .golangci.yml
-# records the deliberate unchecked errors), in both modules.
+# records the deliberate unchecked errors), in all three modules.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	python3 test/doclinks/doclinks.py
 	$(GO) vet $(PKGS)
 	cd $(K8S) && $(GO) vet ./...
+	cd $(PROM) && $(GO) vet ./...
 	$(GO) tool staticcheck $(PKGS)
 	cd $(K8S) && "$$(cd ../.. && $(GO) tool -n staticcheck)" ./...
+	cd $(PROM) && "$$(cd ../.. && $(GO) tool -n staticcheck)" ./...
 	"$$(cd tools && $(GO) tool -n golangci-lint)" run $(PKGS)
 	cd $(K8S) && "$$(cd ../../tools && $(GO) tool -n golangci-lint)" run ./...
+	cd $(PROM) && "$$(cd ../../tools && $(GO) tool -n golangci-lint)" run ./...
 
 # Everything, under -race, with the Azure backend against a real Azurite that
 # the harness installs (pinned), starts on a free port and stops by PID. With
@@ -46,11 +54,17 @@ lint:
 # Then the manifest tests' module (kustomize, kube-score, k8s.io/api; it
 # builds the image's binary and runs it as the manifests configure it),
 # without -race: they run no concurrent code of the service in-process.
+# Then the monitoring module: the dashboard's and the rules' PromQL parses
+# and names only metrics a running rollstore exports (it builds the binary
+# and scrapes it after traffic), and `promtool test rules` passes (with
+# ROLLSTORE_REQUIRE_PROMTOOL=1, a promtool that cannot be built fails
+# instead of skipping; the first build takes minutes, then it is cached).
 # Last, the engine's deterministic simulation at full size (under -race it
 # runs only a few seeds).
 test: lint
 	$(AZURITE) run -- env ROLLSTORE_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 	cd $(K8S) && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
+	cd $(PROM) && ROLLSTORE_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	$(MAKE) sim
 
 # The engine's deterministic simulation: SEEDS seeds from FIRST (a failure
@@ -68,10 +82,12 @@ soak: sim
 sim-mutants:
 	python3 test/simcheck/mutants.py
 
-# Unit tests only (no Azurite; Azure tests skip).
+# Unit tests only (no Azurite; Azure tests skip; promtool skips where it
+# cannot be built).
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 	cd $(K8S) && $(GO) test -count=1 ./...
+	cd $(PROM) && $(GO) test -count=1 ./...
 
 # Benchmarks: cmd/rollbench against a fresh Azurite, rollstore vs the raw
 # Azure SDK in the same run (appends, memory, reads, lookups against the

@@ -4,7 +4,8 @@
 // `kubectl kustomize` runs) and every rendered object is decoded strictly
 // into its k8s.io/api type and
 // checked against the service's contract (probes, memory budgets, drain,
-// security, workload identity, the metrics scrape, the network policy), and
+// security, workload identity, the metrics scrape, the Prometheus
+// operator's PodMonitor and PrometheusRule, the network policy), and
 // scored by kube-score. The tests also check the repository's Dockerfile and
 // .dockerignore, build the image's binary and run it as the manifests
 // configure it. No cluster is needed.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -217,7 +218,13 @@ type set struct {
 	pdbs            []*policyv1.PodDisruptionBudget
 	hpas            []*autoscalingv2.HorizontalPodAutoscaler
 	netpols         []*networkingv1.NetworkPolicy
+	podMonitors     []*monitoringv1.PodMonitor
+	promRules       []*monitoringv1.PrometheusRule
 	objNamespaces   map[string]string // kind/name -> metadata.namespace
+
+	// monitoring is set on the rendering with the prometheus-operator
+	// component (renderMonitoring), which must hold its objects.
+	monitoring bool
 }
 
 // workload is a Deployment or a StatefulSet.
@@ -276,6 +283,10 @@ func (s *set) decode(out []byte) {
 			s.hpas = append(s.hpas, o)
 		case *networkingv1.NetworkPolicy:
 			s.netpols = append(s.netpols, o)
+		case *monitoringv1.PodMonitor:
+			s.podMonitors = append(s.podMonitors, o)
+		case *monitoringv1.PrometheusRule:
+			s.promRules = append(s.promRules, o)
 		default:
 			s.decodeErrs = append(s.decodeErrs, fmt.Errorf("%s: a %T, which no check knows", key, obj))
 		}
@@ -506,6 +517,7 @@ var checks = []check{
 	{name: "hpa", fn: checkHPAs},
 	{name: "identity", fn: checkIdentity},
 	{name: "metrics", fn: checkMetrics},
+	{name: "monitoring", fn: checkMonitoring},
 	{name: "network", fn: checkNetwork},
 	{name: "azure", overlayOnly: true, fn: checkAzure},
 }
@@ -1504,6 +1516,24 @@ func TestManifests(t *testing.T) {
 				t.Logf("rendered %s:\n%s", dir, s.yaml)
 			}
 		})
+	}
+}
+
+// TestManifestsWithPrometheusOperator renders the Azure overlay with the
+// prometheus-operator component included, as its commented line says, and
+// runs every check: the PodMonitor and the PrometheusRule decode strictly
+// into the operator's types, scrape every pod's metrics listener, and the
+// rules are those of deploy/prometheus.
+func TestManifestsWithPrometheusOperator(t *testing.T) {
+	s, err := renderMonitoring(loadTree(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range runChecks(s) {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.Logf("rendered:\n%s", s.yaml)
 	}
 }
 

@@ -16,7 +16,10 @@ type mutation struct {
 	old, new string
 	all      bool   // replace every occurrence (else old must occur once)
 	dir      string // kustomization to render; the overlay when empty
-	want     string // substring of the errors, e.g. "[probes]"
+	// monitoring renders the overlay with components/prometheus-operator
+	// included (renderMonitoring).
+	monitoring bool
+	want       string // substring of the errors, e.g. "[probes]"
 }
 
 var mutations = []mutation{
@@ -118,6 +121,17 @@ var mutations = []mutation{
 	{name: "scrape path", file: "base/merger.yaml", old: "prometheus.io/path: /metrics", new: "prometheus.io/path: /stats", want: "[metrics]"},
 	{name: "not scraped", file: "base/writer.yaml", old: `prometheus.io/scrape: "true"`, new: `prometheus.io/scrape: "false"`, want: "[metrics]"},
 
+	{name: "PodMonitor misspelt", file: "components/prometheus-operator/podmonitor.yaml", old: "podMetricsEndpoints:", new: "podMetricEndpoints:", monitoring: true, want: "[schema]"},
+	{name: "PodMonitor selects nothing", file: "components/prometheus-operator/podmonitor.yaml",
+		old: "  selector:\n    matchLabels:\n      app.kubernetes.io/name: rollstore\n", new: "  selector:\n    matchLabels:\n      app.kubernetes.io/name: rollstor\n", monitoring: true, want: "[monitoring]"},
+	{name: "PodMonitor on the API port", file: "components/prometheus-operator/podmonitor.yaml", old: "- port: metrics", new: "- port: http", monitoring: true, want: "[monitoring]"},
+	{name: "PodMonitor in every namespace", file: "components/prometheus-operator/podmonitor.yaml", old: "spec:\n", new: "spec:\n  namespaceSelector:\n    any: true\n", monitoring: true, want: "[monitoring]"},
+	{name: "PrometheusRule drifts from the rules file", file: "components/prometheus-operator/prometheusrule.yaml", old: "> 0.05", new: "> 0.5", monitoring: true, want: "[monitoring]"},
+	{name: "operator objects outside the component", file: "base/pdb.yaml", old: "  unhealthyPodEvictionPolicy: AlwaysAllow\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: rollstore\n      app.kubernetes.io/component: merger\n",
+		new: "  unhealthyPodEvictionPolicy: AlwaysAllow\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: rollstore\n      app.kubernetes.io/component: merger\n" +
+			"---\napiVersion: monitoring.coreos.com/v1\nkind: PodMonitor\nmetadata:\n  name: rollstore\nspec:\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: rollstore\n  podMetricsEndpoints:\n    - port: metrics\n",
+		dir: baseDir, want: "[monitoring]"},
+
 	{name: "no network policy", file: "base/kustomization.yaml", old: "  - networkpolicy.yaml\n", new: "", want: "[network]"},
 	{name: "ingress only", file: "base/networkpolicy.yaml", old: "    - Ingress\n    - Egress\n", new: "    - Ingress\n", want: "[network]"},
 	{name: "scraper blocked", file: "base/networkpolicy.yaml", old: "        - port: metrics\n          protocol: TCP\n", new: "", want: "[network]"},
@@ -172,7 +186,12 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 				dir = overlayDir
 			}
 			var errs []error
-			s, err := render(broken, dir)
+			var s *set
+			if m.monitoring {
+				s, err = renderMonitoring(broken)
+			} else {
+				s, err = render(broken, dir)
+			}
 			if err != nil {
 				errs = []error{err}
 			} else {

@@ -8,6 +8,7 @@ package k8s_test
 import (
 	"fmt"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -23,12 +24,15 @@ import (
 )
 
 // scheme holds the kinds the manifests may contain, in the versions the
-// supported clusters (Kubernetes >= 1.30) serve.
+// supported clusters (Kubernetes >= 1.30) serve, and the Prometheus
+// operator's PodMonitor and PrometheusRule (monitoring.coreos.com/v1) for
+// components/prometheus-operator, in the operator's own Go types at v0.85,
+// the newest release built on k8s.io/api v0.33 (kube-score needs v0.33).
 var (
 	scheme = func() *runtime.Scheme {
 		s := runtime.NewScheme()
 		for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme,
-			autoscalingv2.AddToScheme, networkingv1.AddToScheme} {
+			autoscalingv2.AddToScheme, networkingv1.AddToScheme, monitoringv1.AddToScheme} {
 			if err := add(s); err != nil {
 				panic(err)
 			}
@@ -46,7 +50,7 @@ func decodeObject(doc []byte) (runtime.Object, error) {
 	}
 	gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
 	if !scheme.Recognizes(gvk) {
-		return nil, fmt.Errorf("unknown apiVersion/kind %s/%s: the manifests use only core/v1, apps/v1, policy/v1, autoscaling/v2 and networking.k8s.io/v1 (schema_test.go)", tm.APIVersion, tm.Kind)
+		return nil, fmt.Errorf("unknown apiVersion/kind %s/%s: the manifests use only core/v1, apps/v1, policy/v1, autoscaling/v2, networking.k8s.io/v1 and monitoring.coreos.com/v1 (schema_test.go)", tm.APIVersion, tm.Kind)
 	}
 	// Strict: unknown and duplicate fields are errors.
 	obj, _, err := strictDecoder.Decode(doc, nil, nil)
