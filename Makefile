@@ -7,8 +7,9 @@ TIMEOUT  ?= 25m
 # kustomize, kube-score and k8s.io/api stay out of the service's go.mod;
 # `go test ./...` at the root does not descend into it.
 K8S      := deploy/k8s
-# The alerting rules' and the dashboard's tests, and promtool (pinned in its
-# go.mod's tool directive), are a module of their own too
+# The alerting rules' and the dashboard's tests (promtool: Debian's package,
+# pinned, unpacked into the user's cache by deploy/prometheus/promtool.sh; else
+# the one pinned in its go.mod's tool directive, built) are a module of their own too
 # (deploy/prometheus/go.mod): github.com/prometheus/prometheus is heavy, and
 # needs a newer k8s.io/api than deploy/k8s can take.
 PROM     := deploy/prometheus
@@ -57,8 +58,8 @@ lint:
 # Then the monitoring module: the dashboard's and the rules' PromQL parses
 # and names only metrics a running rollstore exports (it builds the binary
 # and scrapes it after traffic), and `promtool test rules` passes (with
-# ROLLSTORE_REQUIRE_PROMTOOL=1, a promtool that cannot be built fails
-# instead of skipping; the first build takes minutes, then it is cached).
+# ROLLSTORE_REQUIRE_PROMTOOL=1, a promtool that cannot be had fails
+# instead of skipping).
 # Last, the engine's deterministic simulation at full size (under -race it
 # runs only a few seeds).
 test: lint

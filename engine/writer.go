@@ -176,12 +176,6 @@ func (w *shardWriter) open(h head) {
 	w.mu.Unlock()
 }
 
-func (w *shardWriter) currentGen() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.gen
-}
-
 func (w *shardWriter) loop() {
 	defer w.done.Fire()
 	ctx := context.Background()

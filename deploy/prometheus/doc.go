@@ -7,9 +7,13 @@
 // links to its runbook section in docs/runbooks.md, and `promtool test
 // rules` passes.
 //
+// promtool is Debian's prometheus package, pinned and unpacked into the
+// user's cache by promtool.sh (seconds), or, where apt cannot fetch it, the
+// one pinned by go.mod's tool directive, built by `go tool promtool`
+// (minutes on two cores, then cached).
+//
 // The tests are a module of their own so that github.com/prometheus/prometheus
-// (the PromQL parser, and promtool, pinned by go.mod's tool directive and run
-// as `go tool promtool`) stays out of the service's go.mod, out of
+// (the PromQL parser, and the fallback promtool) stays out of the service's go.mod, out of
 // tools/go.mod (whose golangci-lint would be built against other versions
 // of shared dependencies) and out of deploy/k8s/go.mod (which pins
 // k8s.io/api at v0.33 for kube-score; Prometheus requires a newer one).
