@@ -466,7 +466,7 @@ func TestForwardBatchAcrossOwners(t *testing.T) {
 // TestStagedWireRoundTrip: a staged append crosses the wire whole, every
 // field of its record included (a field the engine adds is caught here).
 func TestStagedWireRoundTrip(t *testing.T) {
-	reward := -0.0
+	reward := 0.25
 	st := &engine.Staged{Record: engine.Record{ID: "x/1", RolloutID: "r", ProblemID: "p", Sequence: 7, Role: "actor",
 		CreatedAt: time.Date(2025, 3, 4, 5, 6, 7, 123456000, time.UTC), ContentType: "text/plain", Reward: &reward,
 		PolicyVersion: "v3", Metadata: json.RawMessage(`{ "a" : 1.0 }`), PayloadSize: 3, PayloadSHA256: [32]byte{1, 2, 3},
