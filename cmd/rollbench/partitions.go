@@ -631,7 +631,7 @@ func (s *pside) sustain(ctx context.Context, table string, writers int, rate flo
 	if err != nil {
 		return nil, err
 	}
-	defer mclose()
+	defer func() { _ = mclose() }()
 	mcfg := engine.DefaultConfig()
 	mcfg.ReclaimGrace = 0
 	mcfg.Logger = quietLogger("merger")
@@ -639,7 +639,7 @@ func (s *pside) sustain(ctx context.Context, table string, writers int, rate flo
 	if err != nil {
 		return nil, err
 	}
-	defer mdb.Close(context.WithoutCancel(ctx))
+	defer func() { _ = mdb.Close(context.WithoutCancel(ctx)) }()
 	mt, err := mdb.Table(ctx, table)
 	if err != nil {
 		return nil, err
