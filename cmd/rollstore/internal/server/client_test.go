@@ -455,7 +455,10 @@ func TestClientEveryRoute(t *testing.T) {
 	apiErr(t, errOf(c.Versions(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 	apiErr(t, errOf(c.Merge(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 
-	if left := e.api.Unexercised(); len(left) > 0 {
+	// The status page's routes are no part of the client: TestUIAuth
+	// exercises them.
+	left := slices.DeleteFunc(e.api.Unexercised(), isUIOperation)
+	if len(left) > 0 {
 		t.Errorf("operations of api/openapi.yaml the client never reached: %v", left)
 	}
 }

@@ -49,6 +49,8 @@ func (s *Server) routes() {
 	s.handle("POST /v1/tables/{table}/merge", s.merge, 0)
 	s.handle("GET /v1/tables/{table}/versions", s.versions, 0)
 
+	s.uiRoutes() // the status page, ui.go
+
 	// Everything else is answered in JSON too (404 or 405), and behind
 	// auth like any API route, so probing reveals nothing without a token.
 	s.handle("/", s.noRoute, 0)
