@@ -42,6 +42,7 @@ type serveConfig struct {
 	advertiseAddr string // "" derives it (see advertise)
 
 	authTokenFile string
+	ui            bool // the status page, GET /ui
 	logLevel      string
 	logFormat     string
 	hostname      string // $HOSTNAME: a StatefulSet writer's default shard
@@ -77,6 +78,7 @@ func defaultServeConfig() serveConfig {
 		listen:      "127.0.0.1:8080",
 		role:        "all",
 		shard:       "",
+		ui:          true,
 		logLevel:    "info",
 		logFormat:   "text",
 		server:      server.DefaultConfig(),
@@ -243,6 +245,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) *flagGroups {
 	fs.DurationVar(&c.server.DrainDelay, "drain-delay", c.server.DrainDelay, "after SIGTERM, keep the listener open this long answering 503 while load balancers notice readiness failing")
 	fs.DurationVar(&c.server.CloseTimeout, "close-timeout", c.server.CloseTimeout, "after the drain (even one that overran --drain-timeout), time to seal open generations and release the shard's lease")
 	fs.DurationVar(&c.server.ReadyTimeout, "ready-timeout", c.server.ReadyTimeout, "/readyz answers within this (503 with the reason if the store or the tables do not answer in time); keep it below the readiness probe's timeout")
+	fs.BoolVar(&c.ui, "ui", c.ui, "serve the status page, GET /ui (tables, rows, partitions and owners, pending generations, recent merges; behind --auth-token-file like the API, a browser logging in with a form); --ui=false: 404")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log `format`: text or json")
 
@@ -279,7 +282,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) *flagGroups {
 	fs.DurationVar(&c.engine.RetainAge, "retain-age", c.engine.RetainAge, "base versions younger than this are kept readable too")
 
 	g.start(groupAuth)
-	fs.StringVar(&c.authTokenFile, "auth-token-file", c.authTokenFile, "`file` of bearer tokens, one per line; when set every request except /healthz and /readyz needs one (including /metrics on --listen; --metrics-listen needs none)")
+	fs.StringVar(&c.authTokenFile, "auth-token-file", c.authTokenFile, "`file` of bearer tokens, one per line; when set every request except /healthz and /readyz needs one (including /metrics on --listen; --metrics-listen needs none); the status page /ui logs a browser in with a form instead")
 	g.settle()
 	return g
 }
@@ -380,6 +383,7 @@ func (c *serveConfig) validate() error {
 	if s.DownloadMinRate == 0 {
 		s.DownloadMinRate = -1
 	}
+	s.DisableUI = !c.ui
 	// One payload limit: the engine refuses what the server would.
 	e.MaxPayload = s.MaxBodyBytes
 	return nil

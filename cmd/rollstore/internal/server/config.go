@@ -102,6 +102,9 @@ type Config struct {
 	// AuthTokens, when not empty, makes every request except /healthz and
 	// /readyz require "Authorization: Bearer <token>" with one of them.
 	AuthTokens []string
+	// DisableUI turns the status page off (GET /ui and the routes it
+	// uses answer 404 like any path that is no route).
+	DisableUI bool
 	// Store, if it offers a Check or Ping method, is probed by /readyz;
 	// otherwise readiness lists the tables.
 	Store objstore.Bucket

@@ -49,6 +49,7 @@ func (s *Server) mergePass(ctx context.Context, sweep bool) {
 // gauges, which are computed by the pass rather than on every scrape because
 // a table's status costs store requests.
 func (s *Server) recordPass(ctx context.Context, p engine.MaintenancePass) {
+	s.passLog.recordPass(p)
 	if p.ListErr != nil {
 		if ctx.Err() == nil {
 			s.log.Error("merger: listing tables", "err", p.ListErr)
@@ -117,5 +118,6 @@ func (s *Server) mergeTable(ctx context.Context, tb *engine.Table, trigger strin
 	start := time.Now()
 	res, err := tb.Merge(ctx, engine.MergeOptions{})
 	s.metrics.observeMerge(trigger, time.Since(start), res, err)
+	s.passLog.recordMerge(tb.Name(), trigger, start, res, err)
 	return res, err
 }

@@ -55,6 +55,7 @@ func (s *Server) routes() {
 	// its database closes) nor counted against the request slots (the
 	// forwarding pod counted the request).
 	s.handle("POST "+internalCommitPath, s.commitStaged, internal)
+	s.uiRoutes() // the status page, ui.go
 
 	// Everything else is answered in JSON too (404 or 405), and behind
 	// auth like any API route, so probing reveals nothing without a token.

@@ -48,6 +48,10 @@ type Server struct {
 	// readiness means beyond "the store answers".
 	warmed atomic.Bool
 	warmMu sync.Mutex
+
+	// passLog holds the recent merges the status page shows (ui.go).
+	passLog passLog
+	uiKeys  uiKeys
 }
 
 // New returns a Server over db. It starts nothing: Serve does, or a test

@@ -64,6 +64,7 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.metrics.forgetTable(r.PathValue("table"))
+	s.passLog.forget(r.PathValue("table"))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -134,7 +134,10 @@ func TestPayloadGetAcrossTwoCopies(t *testing.T) {
 		{"suffix-range", []string{"Range", "bytes=-2500"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, func(o *envOptions) { o.engine.ResidentMaxAge = time.Hour })
+			e := newEnv(t, func(o *envOptions) {
+				o.engine.Partitions = -1 // only a table without partitions can hold two copies of an id
+				o.engine.ResidentMaxAge = time.Hour
+			})
 			e.createTable("t")
 			land := raceCopies(t, e.store, "x", first, kept)
 			path := rolloutURL("t", "x") + "/payload"
@@ -192,6 +195,7 @@ func TestPayloadStreamMeetingAnotherCopyIsCutOff(t *testing.T) {
 	e := newEnv(t, func(o *envOptions) {
 		o.store = fb
 		o.engine.ResidentMaxAge = time.Hour
+		o.engine.Partitions = -1 // only a table without partitions can hold two copies of an id
 		o.server.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	e.createTable("t")
