@@ -336,11 +336,14 @@ func TestLatencyScaling(t *testing.T) {
 				if len(ph.series[kFresh].total) == 0 || row.trickled == 0 {
 					t.Errorf("%s: %d rows trickled, %d read just acknowledged", what, row.trickled, len(ph.series[kFresh].total))
 				}
-				if segs := row.trickleOps["PutIfAbsent segment"]; segs < int64(row.trickled) {
+				// Appends forwarded to one owner at once may share a
+				// group commit's segment, and the window counted may hold
+				// a write begun before it.
+				if segs := row.trickleOps["PutIfAbsent segment"]; segs < 1 {
 					t.Errorf("%s: %d segment puts for %d trickled appends", what, segs, row.trickled)
 				}
-			} else if segs := row.buildOps["PutIfAbsent segment"]; row.built > 0 && segs < int64(row.built) {
-				t.Errorf("%s: %d segment puts for %d appended rows of one segment each", what, segs, row.built)
+			} else if segs := row.buildOps["PutIfAbsent segment"]; row.built > 0 && (segs < 1 || segs > int64(row.built)) {
+				t.Errorf("%s: %d segment puts for %d appended rows", what, segs, row.built)
 			}
 		}
 	}
