@@ -93,25 +93,6 @@ func mergeElsewhere(t *testing.T, store objstore.Bucket) {
 	}
 }
 
-// tryGet is e.do for a GET on another goroutine than the test's: it
-// reports a failure instead of ending the test.
-func tryGet(e *testEnv, path string, hdr ...string) (response, error) {
-	req, err := http.NewRequest("GET", e.ts.URL+path, nil)
-	if err != nil {
-		return response{}, err
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := e.ts.Client().Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
-}
-
 func quotedSHA(b []byte) string {
 	sum := sha256.Sum256(b)
 	return `"` + hex.EncodeToString(sum[:]) + `"`
@@ -152,7 +133,7 @@ func TestPayloadGetAcrossTwoCopies(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				r, err := tryGet(e, path, c.hdr...)
+				r, err := e.doAsync("GET", path, "", c.hdr...)
 				done <- result{r, err}
 			}()
 			if err := gate.Wait(waitCtx(t)); err != nil {
