@@ -62,6 +62,20 @@ type Config struct {
 	RetainAge      time.Duration
 	// OrphanGrace: unreferenced objects older than this are swept.
 	OrphanGrace time.Duration
+	// FeedRetention keeps merged generations readable by the feed for this
+	// long after they were sealed (so for at least this long after each of
+	// their rows was acknowledged); zero reclaims them right after the
+	// merge (ReclaimGrace), and the feed answers a cursor into a reclaimed
+	// generation with ErrCursorExpired.
+	FeedRetention time.Duration
+	// FeedPollInterval: how often a process probes the heads of the
+	// partitions its long-polling feed readers wait on (one probe for all
+	// of them).
+	FeedPollInterval time.Duration
+	// GroupSessionTimeout: a consumer-group member that has not been heard
+	// from for this long is removed from its group (its partitions go to
+	// the others).
+	GroupSessionTimeout time.Duration
 	// Compaction: when a base has more than CompactMaxFiles data files, the
 	// smallest are rewritten into the next merge's output, whose files are
 	// cut at TargetFileBytes.
@@ -123,6 +137,9 @@ func DefaultConfig() Config {
 		RetainVersions:       8,
 		RetainAge:            10 * time.Minute,
 		OrphanGrace:          time.Hour,
+		FeedRetention:        7 * 24 * time.Hour,
+		FeedPollInterval:     250 * time.Millisecond,
+		GroupSessionTimeout:  2 * time.Minute,
 		CompactMaxFiles:      16,
 		TargetFileBytes:      128 << 20,
 		WriteMaxPendingGens:  32,
@@ -164,6 +181,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.BaseProbeInterval, d.BaseProbeInterval)
 	setDefault(&c.ResidentMaxAge, d.ResidentMaxAge)
 	setDefault(&c.PayloadCacheMaxItem, d.PayloadCacheMaxItem)
+	setDefault(&c.FeedPollInterval, d.FeedPollInterval)
+	setDefault(&c.GroupSessionTimeout, d.GroupSessionTimeout)
+	c.FeedRetention = max(c.FeedRetention, 0)
 	// Zero is meaningful for the grace periods, the retention age and the
 	// cache sizes (tests run with zero grace); negative means "default".
 	if c.ReclaimGrace < 0 {

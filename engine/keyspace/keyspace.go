@@ -17,6 +17,7 @@
 //	<table>/<inc>/wal/<shard>/<gen:020>/<seg:020>.arrow   WAL segments 1, 2, … of a generation (create-if-absent)
 //	<table>/<inc>/wal/<shard>/<gen:020>/_sealed.json      seal record: the generation's segments and row indexes
 //	<table>/<inc>/payloads/<shard>/<gen:020>/<name>       large payloads, streamed
+//	<table>/<inc>/consumers/<group>.json                  a consumer group: members, committed positions (compare-and-swap)
 //	<table>/<inc>/_leases/shard-<shard>, merger           lease blobs (shard owner, merger singleton)
 //
 // Numbers are zero-padded to 20 digits so lexical listing order is numeric
@@ -197,6 +198,28 @@ func (l Inc) ParseDataObject(key string) (name string, isIndex bool, ok bool) {
 	}
 	name, ok = strings.CutSuffix(rest, ".arrow")
 	return name, false, ok && validateFile(name) == nil
+}
+
+// ConsumersPrefix lists the consumer groups of the feed.
+func (l Inc) ConsumersPrefix() string { return l.root + "consumers/" }
+
+// Consumer is the key of a consumer group's object. The group name has the
+// table-name alphabet.
+func (l Inc) Consumer(group string) (string, error) {
+	if err := validateName("consumer group", group, maxShardName); err != nil {
+		return "", err
+	}
+	return l.ConsumersPrefix() + group + ".json", nil
+}
+
+// ParseConsumer returns the group a consumer key names.
+func (l Inc) ParseConsumer(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, l.ConsumersPrefix())
+	if !ok {
+		return "", false
+	}
+	name, ok := strings.CutSuffix(rest, ".json")
+	return name, ok && validateName("consumer group", name, maxShardName) == nil
 }
 
 // WALPrefix lists every shard's generations.
