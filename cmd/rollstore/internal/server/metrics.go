@@ -115,6 +115,7 @@ func newMetrics(db *engine.DB) *metrics {
 	m.reg.MustRegister(m.requests, m.inflight, m.clientRefusals, m.payloadBytes, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
 		m.pendingGens, m.pendingRows, m.forwarded, m.forwardDuration, buildInfo, engineCollector{db},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerOwnerMetrics(m, db)
 	return m
 }
 
