@@ -55,6 +55,9 @@ func (rep *report) outputPartitions() error {
 			return err
 		}
 		logf("wrote the partitions section of %s", o.out)
+		if err := rep.writeFigures(); err != nil {
+			return err
+		}
 	}
 	if len(rep.problems) > 0 {
 		for _, p := range rep.problems {
@@ -367,6 +370,7 @@ func (rep *report) partitionsMarkdown() string {
 				s.w.bp, s.w.errs, ms(a.p50), ms(a.p99), ms(raw.p50), ms(raw.p99), all, f, sec, s.passes, s.merged, s.verified, s.checked)
 		}
 		pr("\n")
+		pr("%s", rep.addFigure("model-partitions-pending", "pending generations over time under sustained writes, partitioned table", partSustainPlot(p.sustains)))
 		for _, s := range p.sustains {
 			pr("- %d writers: the writers' calls per acknowledged append: %s.\n", s.writers, perUnit(s.writerOps, s.w.acked))
 		}

@@ -25,6 +25,7 @@ type report struct {
 	sustain      *sustainResult
 	parts        *partResult  // the partitions phase
 	probes       []phaseStats // the prober's, per phase
+	figures      []figure     // written beside -out with the report
 	problems     []string
 	warnings     []string
 }

@@ -71,6 +71,9 @@ func (r *report) outputLatency() error {
 			return err
 		}
 		logf("wrote the latency model's section of %s", o.out)
+		if err := r.writeFigures(); err != nil {
+			return err
+		}
 	}
 	if len(r.problems) > 0 {
 		for _, p := range r.problems {
