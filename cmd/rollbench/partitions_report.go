@@ -269,7 +269,7 @@ func (rep *report) partitionsMarkdown() string {
 	pr("Written by the partitions phase of `rollbench` (%s), %s run, %s, wall time %v.\n\n", stores, mode,
 		rep.started.Format("2006-01-02 15:04 UTC"), p.dur.Round(time.Second))
 	pr("- **Reproduce:** `make bench-partitions` (`./test/azurite/azurite.sh run -- go run ./cmd/rollbench -phases partitions`; rewrites\n")
-	pr("  this section only); it is part of `make bench` too. Flags: `%s`. The issue's 10-minute sustained writes: `-part-sustain 10m`.\n", strings.Join(o.args, " "))
+	pr("  this section and its figure, `bench/model-partitions-pending.svg`, only); it is part of `make bench` too. Flags: `%s`. The issue's 10-minute sustained writes: `-part-sustain 10m`.\n", strings.Join(o.args, " "))
 	pr("- **Machine:** %s/%s, %d cores (%s), %s RAM; load average %s at start, %s at end; %s.\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), memTotal(), p.load0, p.load1, runtime.Version())
 	m := p.model
