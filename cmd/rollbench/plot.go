@@ -15,6 +15,9 @@ import (
 // Figures: the benchmark draws its own SVG (plain markup, no script, no
 // external font or stylesheet), so a figure is regenerated from the same
 // run's data as the tables beside it and renders on GitHub as an image.
+// A section adds one with report.addFigure (a plot of named series of
+// points, lines or markers, on linear or log axes), which returns the
+// markdown that embeds it; the report's output writes the files.
 
 // A plot is a line or scatter chart of named series sharing two axes.
 type plot struct {
