@@ -92,7 +92,7 @@ func partSustainPlot(runs []*partSustain) *plot {
 	}
 	for _, s := range runs {
 		gens := plotSeries{name: fmt.Sprintf("%d writers: pending", s.writers), line: true}
-		part := plotSeries{name: fmt.Sprintf("%d writers: most in one partition", s.writers), line: true, dashed: true}
+		part := plotSeries{name: fmt.Sprintf("%d writers: max in a partition", s.writers), line: true, dashed: true}
 		for _, pt := range s.points {
 			t := minutes(pt.at)
 			gens.points = append(gens.points, plotPoint{t, float64(pt.gens)})

@@ -48,8 +48,8 @@ type plotPoint struct{ x, y float64 }
 
 // The figure's geometry, in SVG user units (pixels at 100%).
 const (
-	plotW, plotH           = 760, 400
-	padL, padR, padT, padB = 70, 230, 40, 52 // the legend is in the right padding
+	plotW, plotH           = 840, 400
+	padL, padR, padT, padB = 70, 270, 40, 52 // the legend is in the right padding
 )
 
 // palette: distinguishable colours, also in grey scale order.
@@ -109,7 +109,13 @@ func newAxis(vs []float64, log, zero bool, ticks []float64, p0, p1 float64) *axi
 		}
 		if ticks == nil {
 			ticks = linearTicks(lo, hi)
-			lo, hi = min(lo, ticks[0]), max(hi, ticks[len(ticks)-1])
+			if zero {
+				// A quantity from 0 up to a round top.
+				hi = max(hi, ticks[len(ticks)-1])
+			} else {
+				eps := (hi - lo) * 1e-9
+				ticks = slices.DeleteFunc(ticks, func(t float64) bool { return t < lo-eps || t > hi+eps })
+			}
 		}
 		a.lo, a.hi = lo, hi
 		if !zero || a.lo < 0 {

@@ -536,6 +536,6 @@ func TestLatencyPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFigures(t, string(written), dir, map[string][]string{
-		"bench/model-partitions-pending.svg": {"2 writers: pending", "2 writers: most in one partition"},
+		"bench/model-partitions-pending.svg": {"2 writers: pending", "2 writers: max in a partition"},
 	})
 }
