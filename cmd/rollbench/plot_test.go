@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // drawnSeries parses an SVG figure with encoding/xml (so it must be
@@ -169,6 +170,20 @@ func checkFigures(t *testing.T, md, dir string, want map[string][]string) {
 			if got[n] == 0 {
 				t.Errorf("%s: series %q missing or empty (series: %v)", file, n, got)
 			}
+		}
+	}
+}
+
+// The merge run's figure has its three series, one point per sample.
+func TestSustainFigure(t *testing.T) {
+	s := &sustainResult{shards: 3}
+	for i := range 12 {
+		s.samples = append(s.samples, pendingSample{at: time.Duration(i) * 5 * time.Second, gens: 3 + i%4, sealed: i % 4, maxShard: 1 + i%2})
+	}
+	got := drawnSeries(t, sustainPlot(s).svg())
+	for _, n := range []string{"pending (sealed + open)", "sealed, waiting for a merge", "most in one shard"} {
+		if got[n] != 12 {
+			t.Errorf("series %q: %d points, want 12 (series %v)", n, got[n], got)
 		}
 	}
 }
