@@ -43,6 +43,10 @@ const (
 	hdrRebalanced = "Rollstore-Rebalanced"
 )
 
+// feedWaitPoint is the hook point a long-poll passes once it holds its
+// waiting slot.
+const feedWaitPoint = "feed:waiting"
+
 // metaCursor is the Arrow schema metadata key of the next cursor.
 const metaCursor = "rollstore.cursor"
 
@@ -245,6 +249,11 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) (err error) {
 	}
 	defer release()
 	fq.wait = wait
+	if wait > 0 {
+		if err := s.cfg.Hooks.Call(r.Context(), feedWaitPoint); err != nil {
+			return err
+		}
+	}
 	tb, err := s.table(r)
 	if err != nil {
 		return err
