@@ -691,13 +691,13 @@ func TestFeedAnswersArrowWithTheCursorInTheSchema(t *testing.T) {
 
 func TestFeedMediaFromAccept(t *testing.T) {
 	for accept, want := range map[string]string{
-		"":                                  mediaJSON,
-		"*/*":                               mediaJSON,
-		"text/html":                         mediaJSON,
-		"application/x-ndjson":              mediaNDJSON,
+		"":                     mediaJSON,
+		"*/*":                  mediaJSON,
+		"text/html":            mediaJSON,
+		"application/x-ndjson": mediaNDJSON,
 		"application/vnd.apache.arrow.stream, application/json;q=0.5": mediaArrow,
 		"application/json;q=0.2, application/x-ndjson;q=0.9":          mediaNDJSON,
-		"application/x-ndjson;q=0, */*;q=0.1":                          mediaJSON,
+		"application/x-ndjson;q=0, */*;q=0.1":                         mediaJSON,
 	} {
 		if got := feedMedia(accept); got != want {
 			t.Errorf("feedMedia(%q) = %q, want %q", accept, got, want)
