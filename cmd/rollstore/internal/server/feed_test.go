@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -240,17 +241,14 @@ func TestFeedReadsAfterAckAcrossServers(t *testing.T) {
 	}
 }
 
-// TestFeedLongPollAnswersWhenARowIsAppended: a long-poll waiting on an
-// empty partition answers with the row appended while it waits.
-func TestFeedLongPollAnswersWhenARowIsAppended(t *testing.T) {
-	e := newEnv(t)
-	e.createTableWith("t", 2)
-	p, _ := e.feedPage("t", "cursor", "latest")
-	waiting := make(chan struct{})
-	e.hooks.Do(feedWaitPoint, func(context.Context) error { close(waiting); return nil })
+// startFeed sends a feed request in the background.
+func (e *testEnv) startFeed(path string, hdr ...string) <-chan response {
 	done := make(chan response, 1)
 	go func() {
-		req, _ := http.NewRequest("GET", e.ts.URL+feedPath("t", "cursor", p.Cursor, "wait", "60"), nil)
+		req, _ := http.NewRequest("GET", e.ts.URL+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
 		resp, err := e.ts.Client().Do(req)
 		if err != nil {
 			done <- response{status: -1, body: []byte(err.Error())}
@@ -261,14 +259,36 @@ func TestFeedLongPollAnswersWhenARowIsAppended(t *testing.T) {
 		b.ReadFrom(resp.Body)
 		done <- response{status: resp.StatusCode, header: resp.Header, body: b.Bytes()}
 	}()
-	ctx := waitCtx(t)
-	select {
-	case <-waiting:
-	case <-ctx.Done():
-		t.Fatal("the long-poll never waited")
+	return done
+}
+
+// waitFeedWaiting returns once n feed reads wait for a row in the engine
+// (after their read found none), as rollstore_feed_waiting reports.
+func (e *testEnv) waitFeedWaiting(ctx context.Context, n int64) {
+	e.t.Helper()
+	for e.db.Stats().FeedWaiting.Load() != n {
+		select {
+		case <-ctx.Done():
+			e.t.Fatalf("%d feed reads wait, want %d", e.db.Stats().FeedWaiting.Load(), n)
+		case <-time.After(time.Millisecond): // polls the engine's state; it orders nothing
+		}
 	}
+}
+
+// TestFeedLongPollAnswersWhenARowIsAppended: a long-poll waiting on an
+// empty partition answers with the row appended while it waits.
+func TestFeedLongPollAnswersWhenARowIsAppended(t *testing.T) {
+	e := newEnv(t)
+	e.createTableWith("t", 2)
+	p, _ := e.feedPage("t", "cursor", "latest")
+	done := e.startFeed(feedPath("t", "cursor", p.Cursor, "wait", "60"))
+	ctx := waitCtx(t)
+	e.waitFeedWaiting(ctx, 1)
 	if got := testutil.ToFloat64(e.srv.metrics.feedWaiting); got != 1 {
-		t.Fatalf("rollstore_feed_waiting %v while one long-poll waits", got)
+		t.Fatalf("rollstore_feed_long_polls %v while one long-poll waits", got)
+	}
+	if m, err := e.client.Metrics(ctx); err != nil || !bytes.Contains(m, []byte("\nrollstore_feed_waiting 1\n")) {
+		t.Fatalf("metrics while one long-poll waits: %v\n%s", err, m)
 	}
 	e.mustPut("t", "awaited", []byte("hello"))
 	var r response
@@ -300,19 +320,7 @@ func TestFeedLongPollsHoldNoRequestSlot(t *testing.T) {
 	e.mustPut("t", "a", []byte("a"))
 	p, _ := e.feedPage("t")
 	gate := e.hooks.Pause(feedWaitPoint)
-	done := make(chan response, 1)
-	go func() {
-		req, _ := http.NewRequest("GET", e.ts.URL+feedPath("t", "cursor", p.Cursor, "wait", "60"), nil)
-		resp, err := e.ts.Client().Do(req)
-		if err != nil {
-			done <- response{status: -1}
-			return
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		done <- response{status: resp.StatusCode, body: b.Bytes()}
-	}()
+	done := e.startFeed(feedPath("t", "cursor", p.Cursor, "wait", "60"))
 	if err := gate.Wait(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -340,27 +348,9 @@ func TestFeedDrainAnswersWaitingLongPollsAtOnce(t *testing.T) {
 	e := newEnv(t)
 	e.createTableWith("t", 2)
 	p, _ := e.feedPage("t", "cursor", "latest")
-	waiting := make(chan struct{})
-	e.hooks.Do(feedWaitPoint, func(context.Context) error { close(waiting); return nil })
-	done := make(chan response, 1)
-	go func() {
-		req, _ := http.NewRequest("GET", e.ts.URL+feedPath("t", "cursor", p.Cursor, "wait", "60"), nil)
-		resp, err := e.ts.Client().Do(req)
-		if err != nil {
-			done <- response{status: -1}
-			return
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		done <- response{status: resp.StatusCode, header: resp.Header, body: b.Bytes()}
-	}()
+	done := e.startFeed(feedPath("t", "cursor", p.Cursor, "wait", "60"))
 	ctx := waitCtx(t)
-	select {
-	case <-waiting:
-	case <-ctx.Done():
-		t.Fatal("the long-poll never waited")
-	}
+	e.waitFeedWaiting(ctx, 1)
 	e.srv.StartDrain()
 	var r response
 	select {

@@ -126,8 +126,8 @@ func newMetrics(db *engine.DB) *metrics {
 			Help: "Payload bytes the feed carried inline in its answers.",
 		}),
 		feedWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "rollstore_feed_waiting",
-			Help: "Feed long-polls being served now (each holds a waiting slot, bounded by --feed-max-waiting, not a request slot).",
+			Name: "rollstore_feed_long_polls",
+			Help: "Feed long-polls being served now, each holding a waiting slot (bounded by --feed-max-waiting) instead of a request slot; rollstore_feed_waiting counts those waiting for a row at this moment.",
 		}),
 		feedCommits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rollstore_feed_commits_total",
@@ -266,13 +266,17 @@ var (
 		"Payload bytes reserved by reads being served (bounded by the in-flight budget).", nil, nil)
 	descInFlightMax = prometheus.NewDesc("rollstore_payload_in_flight_limit_bytes",
 		"The in-flight payload byte budget.", nil, nil)
+	descFeedWaiting = prometheus.NewDesc("rollstore_feed_waiting",
+		"Feed long-polls waiting for a row now.", nil, nil)
+	descFeedProbes = prometheus.NewDesc("rollstore_feed_probes_total",
+		"Partition heads probed for feed reads (long-polls share one probe per partition and --feed-poll-interval).", nil, nil)
 )
 
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReads, descReadRetries, descRefreshes, descAppends, descSegments, descSeals,
 		descMerges, descMergeConflicts, descMergedRows, descMergeDups, descMergeSeconds, descReclaimed,
 		descVersionsCollected, descFilesCollected, descOrphans, descCacheHits, descCacheMisses, descCacheEvictions,
-		descCacheRatio, descCacheBytes, descCacheMaxBytes, descInFlight, descInFlightMax} {
+		descCacheRatio, descCacheBytes, descCacheMaxBytes, descInFlight, descInFlightMax, descFeedWaiting, descFeedProbes} {
 		ch <- d
 	}
 }
@@ -308,6 +312,8 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descVersionsCollected, st.VersionsCollected.Load())
 	counter(descFilesCollected, st.FilesCollected.Load())
 	counter(descOrphans, st.OrphansSwept.Load())
+	counter(descFeedProbes, st.FeedProbes.Load())
+	gauge(descFeedWaiting, float64(st.FeedWaiting.Load()))
 
 	layouts, batches, payloads := c.db.CacheStats()
 	for _, x := range []struct {
