@@ -452,6 +452,37 @@ func TestClientEveryRoute(t *testing.T) {
 		t.Fatalf("metrics (%d bytes): %v", len(metrics), err)
 	}
 
+	// The feed and a consumer group of a member.
+	feed := c.Feed("scratch", client.FeedOptions{MaxRows: 2, AllPayloads: true})
+	if p, err := feed.Next(ctx); err != nil || len(p.Rows) != 0 || feed.Cursor() == "" {
+		t.Fatalf("feed of an empty table: %+v %v", p, err)
+	}
+	if _, err := c.Put(ctx, "scratch", "f", client.Fields{RolloutID: "r"}, strings.NewReader("fed")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := feed.Next(ctx); err != nil || len(p.Rows) != 1 || string(p.Rows[0].Payload) != "fed" || p.Rows[0].Offset != 0 {
+		t.Fatalf("feed after a put: %+v %v", p, err)
+	}
+	m := c.Consumer("scratch", "g", "m", client.FeedOptions{})
+	if p, err := m.Next(ctx); err != nil || len(p.Rows) != 1 {
+		t.Fatalf("consumer: %+v %v", p, err)
+	}
+	if g, err := m.Commit(ctx); err != nil || g.LagRows != 0 {
+		t.Fatalf("commit: %+v %v", g, err)
+	}
+	if gs, err := c.Consumers(ctx, "scratch"); err != nil || len(gs) != 1 {
+		t.Fatalf("consumers: %+v %v", gs, err)
+	}
+	if _, err := c.ConsumerGroupOf(ctx, "scratch", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteConsumer(ctx, "scratch", "g"); err != nil {
+		t.Fatal(err)
+	}
+
 	// Drop.
 	if err := c.DropTable(ctx, "scratch"); err != nil {
 		t.Fatal(err)
