@@ -294,8 +294,8 @@ func (t *Table) joinGroup(ctx context.Context, group, member string) (Assignment
 	if err := validMember(member); err != nil {
 		return Assignment{}, err
 	}
-	now := t.db.rt.Now()
 	g, err := t.updateGroup(ctx, group, true, func(g *groupDoc) (bool, error) {
+		now := t.db.rt.Now()
 		_, listed := g.Members[member]
 		if t.expire(g, now, member) || !listed {
 			g.Epoch++
@@ -352,8 +352,8 @@ func (t *Table) commitConsumer(ctx context.Context, group, member string, c Curs
 			return Group{}, fmt.Errorf("%w: partition %d out of range 0..%d", ErrBadCursor, p, t.partitions-1)
 		}
 	}
-	now := t.db.rt.Now()
 	g, err := t.updateGroup(ctx, group, true, func(g *groupDoc) (bool, error) {
+		now := t.db.rt.Now()
 		changed := false
 		if member != "" {
 			if err := checkCommitter(g, group, member, c, t.partitions); err != nil {
@@ -419,8 +419,8 @@ func (t *Table) leaveGroup(ctx context.Context, group, member string) error {
 	if err := validMember(member); err != nil {
 		return err
 	}
-	now := t.db.rt.Now()
 	_, err := t.updateGroup(ctx, group, false, func(g *groupDoc) (bool, error) {
+		now := t.db.rt.Now()
 		_, listed := g.Members[member]
 		delete(g.Members, member)
 		if t.expire(g, now, member) || listed {
