@@ -106,11 +106,12 @@ type groupPosition struct {
 const groupWritesKept = 16
 
 func (p groupPosition) position() Position {
-	return Position{Gen: p.Gen, Seg: p.Seg, Row: p.Row, Offset: p.Offset, At: p.At}
+	return Position(p)
 }
 
 func storedPosition(p Position) groupPosition {
-	return groupPosition{Gen: p.Gen, Seg: p.Seg, Row: p.Row, Offset: p.Offset, At: p.At.UTC()}
+	p.At = p.At.UTC()
+	return groupPosition(p)
 }
 
 // memberNames lists the members in the order the assignment uses.
