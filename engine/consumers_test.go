@@ -622,3 +622,82 @@ func TestGroupLagCountsRowsAckedAfterTheCommittedPosition(t *testing.T) {
 		t.Fatalf("listed lag %+v", all[1].Lag)
 	}
 }
+
+// The hand-over race over the feed itself: what a member reads after a
+// rebalance starts exactly after the rows of the last accepted commit, so
+// every acknowledged row of a partition is delivered in order to whichever
+// member holds it, none skipped; the rows read under a refused commit are
+// delivered again.
+func TestGroupHandOverOverTheFeedSkipsNoRow(t *testing.T) {
+	clk := objstoretest.NewClock()
+	mem := memory.New()
+	w := newEnv(t, mem, feedConfig("w0", clk, 2, time.Hour))
+	ackedIDs := map[int][]string{}
+	for p := range 2 {
+		for _, id := range idsInPartition(p, 2, 6) {
+			if err := appendID(w.tb, id); err != nil {
+				t.Fatal(err)
+			}
+			ackedIDs[p] = append(ackedIDs[p], id)
+		}
+	}
+	cfg := groupConfig(clk, 2)
+	cfg.FeedRetention = time.Hour
+	r := newEnv(t, mem, cfg)
+	ctx := context.Background()
+	// delivered holds, per partition, the rows of the pages whose cursor
+	// was committed, then what each member read after the rebalance.
+	delivered := map[int][]string{}
+	read := func(from Cursor, parts []int, max int) (*FeedPage, []FeedRow) {
+		t.Helper()
+		page, err := r.tb.Feed(ctx, FeedOptions{Cursor: &from, Partitions: parts, MaxRows: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return page, page.Rows
+	}
+	keep := func(rows []FeedRow) {
+		for _, row := range rows {
+			delivered[row.Partition] = append(delivered[row.Partition], row.Record.ID)
+		}
+	}
+
+	a := mustJoin(t, r.tb, "g", "a")
+	page, rows := read(a.Start, a.Partitions, 5)
+	if page.Next.Group != "g" || page.Next.Epoch != a.Epoch {
+		t.Fatalf("the feed's cursor lost the group: %+v", page.Next)
+	}
+	mustCommit(t, r.tb, "g", "a", page.Next)
+	keep(rows)
+	page, _ = read(page.Next, a.Partitions, 5) // read, not committed yet
+
+	b := mustJoin(t, r.tb, "g", "b")
+	if _, err := r.tb.CommitGroup(ctx, "g", "a", page.Next); !errors.Is(err, ErrRebalanced) {
+		t.Fatalf("A's commit after B joined: %v, want ErrRebalanced", err)
+	}
+	a = mustJoin(t, r.tb, "g", "a")
+	for _, m := range []Assignment{a, b} {
+		from := m.Start
+		for {
+			page, rows := read(from, m.Partitions, 3)
+			if len(rows) == 0 {
+				break
+			}
+			mustCommit(t, r.tb, "g", m.Member, page.Next)
+			keep(rows)
+			from = page.Next
+		}
+	}
+	for p, ids := range ackedIDs {
+		if !slices.Equal(delivered[p], ids) {
+			t.Fatalf("partition %d: delivered %v, acknowledged %v", p, delivered[p], ids)
+		}
+	}
+	st, err := r.tb.GroupStatusOf(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LagRows != 0 || st.Committed[0].Offset != 6 || st.Committed[1].Offset != 6 {
+		t.Fatalf("after draining: lag %d, committed %+v", st.LagRows, st.Committed)
+	}
+}
