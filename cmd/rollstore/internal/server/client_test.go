@@ -492,10 +492,13 @@ func TestClientEveryRoute(t *testing.T) {
 	apiErr(t, errOf(c.Versions(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 	apiErr(t, errOf(c.Merge(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 
-	// The internal commit endpoint is for writer pods, not the client (the
-	// forwarding tests, forward_test.go, check it against the file); the
+	// The internal commit and await endpoints are for writer pods, not the
+	// client (forward_test.go and feedrelay_test.go check them against the
+	// file); the
 	// status page's routes neither (TestUIAuth exercises them).
-	left := slices.DeleteFunc(e.api.Unexercised(), func(op string) bool { return op == "POST "+internalCommitPath || isUIOperation(op) })
+	left := slices.DeleteFunc(e.api.Unexercised(), func(op string) bool {
+		return op == "POST "+internalCommitPath || op == "POST "+internalAwaitPath || isUIOperation(op)
+	})
 	if len(left) > 0 {
 		t.Errorf("operations of api/openapi.yaml the client never reached: %v", left)
 	}

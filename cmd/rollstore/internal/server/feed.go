@@ -388,6 +388,7 @@ func (s *Server) readFeed(ctx context.Context, tb *engine.Table, opts engine.Fee
 		opts.Wait = 0
 		return tb.Feed(ctx, opts)
 	}
+	s.relayFeed(tb)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -398,6 +399,8 @@ func (s *Server) readFeed(ctx context.Context, tb *engine.Table, opts engine.Fee
 		}
 	}()
 	page, err := tb.Feed(wctx, opts)
+	// The relay's waits at the owners need not outlast their readers.
+	s.relayFeed(tb)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		opts.Wait = 0
 		return tb.Feed(ctx, opts)
