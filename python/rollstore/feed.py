@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
-from .errors import GroupNotFound, NotFound
+from .errors import GroupNotFound, NotFound, Rebalanced
 
 MEDIA_JSON = "application/json"
 MEDIA_ARROW = "application/vnd.apache.arrow.stream"
@@ -84,7 +84,9 @@ class Feed:
     its partitions, and each request commits the cursor it sends (the
     previous answer's, whose rows were all handed out before the next was
     asked for) unless commit=False; commit() commits the current cursor
-    explicitly, close() leaves the group. With group and no member, the
+    explicitly, close() leaves the group; with stop_at_end, the cursor of
+    the last answer is committed when the iteration ends there (the
+    consumer asked for more after the last row). With group and no member, the
     feed reads as a named consumer: the partitions given (default all),
     starting where the consumer committed (rows before its committed
     offsets are dropped here), committing as it goes the same way (POST
@@ -180,6 +182,10 @@ class Feed:
             page = self._fetch()
             yield page
             if self.stop_at_end and page.at_end:
+                # Asked for more after the last row: everything handed out
+                # is processed, up to this answer's cursor.
+                if self.auto_commit and self.group is not None:
+                    self._commit_final()
                 return
 
     def _fetch(self) -> FeedPage:
@@ -257,6 +263,15 @@ class Feed:
         if self.cursor and self.cursor != "latest" and self.cursor != self._committed:
             self._client.commit(self.table, self.group, self.cursor)
             self._committed = self.cursor
+
+    def _commit_final(self) -> None:
+        if self.named_consumer:
+            self._commit_named()
+            return
+        try:
+            self.commit()
+        except Rebalanced:
+            pass  # the member's partitions moved on: others commit them
 
     def commit(self) -> Optional[Dict[str, Any]]:
         """Commit cursor (everything handed out so far is processed) for
