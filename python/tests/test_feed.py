@@ -202,21 +202,24 @@ class Feed(unittest.TestCase):
 
     def test_long_poll_returns_a_row_appended_while_it_waits(self):
         self.put(2)
+        end, _ = self.read_all()
         got, errors = [], []
 
         def poll():
             try:
-                # From "latest": only rows acknowledged after the request.
+                # From the end: the row appended below is after the cursor
+                # whenever the server reads, before its wait or during it.
                 # stop_at_end makes an empty answer (the bound passing)
                 # end the iteration: the test then fails, it does not hang.
-                f = self.c.feed(self.t, cursor="latest", wait=POLL, stop_at_end=True)
+                f = self.c.feed(self.t, cursor=end.cursor, wait=POLL, stop_at_end=True)
                 got.extend(itertools.islice(f, 1))
             except BaseException as e:  # reported by the main thread
                 errors.append(e)
 
         th = threading.Thread(target=poll)
         th.start()
-        # The row is appended once the server counts the poll as waiting.
+        # The row is appended once the server counts the poll as waiting
+        # (rollstore_feed_waiting), so that it is there to be woken.
         m = rollstore.Client(URL, token=TOKEN, timeout=30)
         deadline = time.monotonic() + BOUND
         while feed_waiting(m) < 1:
