@@ -215,12 +215,15 @@ class Feed(unittest.TestCase):
                 got.extend(itertools.islice(f, 1))
             except BaseException as e:  # reported by the main thread
                 errors.append(e)
+            finally:
+                self.c.close()  # this thread's connection
 
         th = threading.Thread(target=poll)
         th.start()
         # The row is appended once the server counts the poll as waiting
         # (rollstore_feed_waiting), so that it is there to be woken.
         m = rollstore.Client(URL, token=TOKEN, timeout=30)
+        self.addCleanup(m.close)
         deadline = time.monotonic() + BOUND
         while feed_waiting(m) < 1:
             self.assertTrue(th.is_alive(), "the long poll answered before any row was appended: %r" % (errors,))

@@ -136,12 +136,13 @@ class Dataset(unittest.TestCase):
 
     def test_a_worker_stopped_early_resumes_at_its_last_commit(self):
         ids = self.put(30)
-        it = self.dataset(0).iter_worker(0, 1)
+        one = dict(rank=0, world_size=1, wait=0, stop_at_end=True, max_rows=3)
+        it = training.FeedDataset(self.c, self.t, "alone", **one).iter_worker()
         # Answers of at most 3 rows: the 7th row is of a third answer or
         # later, fetched after committing the ones before it.
         taken = [next(it)["id"] for _ in range(7)]
         it.close()
-        rest = [row["id"] for row in self.dataset(0).iter_worker(0, 1)]
+        rest = [row["id"] for row in training.FeedDataset(self.c, self.t, "alone", **one)]
         # At least once: no row lost; only those of the answer that was
         # being handed out come again.
         self.assertEqual(set(taken) | set(rest), set(ids))
