@@ -177,6 +177,30 @@ class Dataset(unittest.TestCase):
         self.assertEqual(g["lag_rows"], 0)
         self.assertTrue(torch.__version__)
 
+    @needs_torch
+    def test_learner_loop_of_the_readme_trains(self):
+        # The README's code, as it is, on this table; its FeedDataset stops
+        # at the end (the README's runs on) and its client has the token.
+        readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+        with open(readme, encoding="utf-8") as f:
+            text = f.read()
+        code = text.split("\n## Learner loop\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+        self.assertLess(len(code.strip().splitlines()), 20)
+        code = code.replace("http://rollstore:8080", URL).replace('"rollouts"', repr(self.t))
+        self.assertIn(repr(self.t), code)
+        ids = ["r-%03d" % i for i in range(70)]
+        self.c.put_batch(self.t, [{"id": i, "rollout_id": "ro", "reward": (n % 5) / 4, "payload": i.encode() * (n % 9)}
+                                  for n, i in enumerate(ids)])
+        self.c.put(self.t, "big", b"\xff" * 4096, rollout_id="ro")  # more than the answer carries (max_bytes)
+        real = training.FeedDataset
+        with mock.patch.object(training, "FeedDataset",
+                               lambda *a, **kw: real(*a, stop_at_end=True, wait=0, max_bytes=2048, **kw)), \
+                mock.patch.object(rollstore, "Client", lambda url: rollstore.client.Client(url, token=TOKEN)):
+            ns = {}
+            exec(compile(code, "README.md (Learner loop)", "exec"), ns)
+        self.assertEqual(self.c.consumer(self.t, "learner")["lag_rows"], 0)
+        self.assertTrue(torch.isfinite(ns["loss"]))
+
 
 if __name__ == "__main__":
     unittest.main()
