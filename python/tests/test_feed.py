@@ -2,7 +2,6 @@
 `rollstore serve` (see test_client.py: `go test ./cmd/rollstore -run
 TestPythonClient` starts it and sets ROLLSTORE_TEST_URL)."""
 
-import base64
 import collections
 import hashlib
 import itertools
