@@ -353,7 +353,9 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 			}
 		}
 	}
-	nh, err := casHead(ctx, t.db, t.keys, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id, layout: headLayout(lay)})
+	swapAt := t.db.rt.Now()
+	nh, err := casHead(ctx, t.db, t.keys, w.shard, w.head, head{Gen: w.head.Gen, Segs: seq, Owner: w.id, layout: headLayout(lay),
+		Rows: w.head.Rows + uint64(len(rows)), GenStart: w.head.GenStart})
 	if errors.Is(err, ErrOutcomeUnknown) {
 		// Whether the swap landed is in the counts: only this writer
 		// counts segments of its generation, and a new owner seals it at
@@ -394,6 +396,7 @@ func (w *shardWriter) writeSegment(ctx context.Context, batch []*appendReq) erro
 	w.genBytes += int64(len(data))
 	t.db.stats.Segments.Add(1)
 	w.publish(prev, segView{seq: seq, key: key, layout: lay})
+	t.feedNotify(w.shard, nh, swapAt)
 	return nil
 }
 

@@ -33,6 +33,12 @@ type head struct {
 	Owner   string `json:"owner"`
 	Commit  string `json:"commit"`
 	Dropped bool   `json:"dropped,omitempty"`
+	// Rows counts the rows of every segment the shard's chain counted,
+	// through segment Segs of Gen; GenStart is Rows as Gen was claimed.
+	// A row's offset in the partition's feed is GenStart plus the rows of
+	// the segments before its own, plus its place in the segment.
+	Rows     uint64 `json:"rows"`
+	GenStart uint64 `json:"generation_start"`
 
 	// layout is the metadata's "layout": the layout of segment Segs of
 	// generation Gen (base64 of rowfile.MarshalLayout), as the writer that
@@ -67,6 +73,8 @@ func (h head) metadata() map[string]string {
 	if h.Sealed {
 		md["sealed"] = "1"
 	}
+	md["rows"] = strconv.FormatUint(h.Rows, 10)
+	md["genstart"] = strconv.FormatUint(h.GenStart, 10)
 	if h.layout != "" && !h.Sealed && h.Segs > 0 {
 		md["layout"] = h.layout
 	}
@@ -110,8 +118,27 @@ func headFromAttrs(a objstore.Attrs) (head, error) {
 	if err1 != nil || err2 != nil || h.Gen == 0 {
 		return head{}, fmt.Errorf("%w: head %s has bad metadata %v", ErrCorruptObject, a.Key, md)
 	}
+	// Heads written before the counters carry none: their rows count
+	// from 0 at the first swap that does.
+	if md["rows"] != "" || md["genstart"] != "" {
+		h.Rows, err1 = strconv.ParseUint(md["rows"], 10, 64)
+		h.GenStart, err2 = strconv.ParseUint(md["genstart"], 10, 64)
+		if err1 != nil || err2 != nil || h.GenStart > h.Rows {
+			return head{}, fmt.Errorf("%w: head %s has bad metadata %v", ErrCorruptObject, a.Key, md)
+		}
+	}
 	h.layout = md["layout"]
 	return h, nil
+}
+
+// sealed is h's generation sealed at its count, by owner.
+func (h head) sealedBy(owner string) head {
+	return head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: owner, Rows: h.Rows, GenStart: h.GenStart}
+}
+
+// claim is the next generation, claimed by owner after h.
+func (h head) claim(owner string) head {
+	return head{Gen: h.Gen + 1, Owner: owner, Rows: h.Rows, GenStart: h.Rows}
 }
 
 // ErrCorruptObject reports an object rollstore wrote that does not read

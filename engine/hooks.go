@@ -89,6 +89,9 @@ const (
 	// hookScanSnapshot fires after a scan chose its snapshot, before it reads
 	// any row.
 	hookScanSnapshot = "scan:snapshot"
+	// hookFeedFetch: a feed read planned its segments and is about to
+	// fetch them.
+	hookFeedFetch = "feed:fetch"
 	// hookListSnapshot fires after each attempt at a list page chose its
 	// snapshot, before it reads any row.
 	hookListSnapshot = "list:snapshot"

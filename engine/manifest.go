@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/rollstore/rollstore/engine/keyspace"
@@ -34,6 +35,11 @@ type Manifest struct {
 	PayloadBytes int64 `json:"payload_bytes"`
 	// Duplicates counts ids dropped as cross-shard duplicates so far.
 	Duplicates int64 `json:"duplicates"`
+	// Retained holds, per shard, the oldest generation kept for the feed
+	// (FeedRetention): merged generations from it up to the watermark stay
+	// in the WAL, where the feed reads them; the ones below it may be
+	// reclaimed. A shard absent keeps none (watermark + 1).
+	Retained map[string]uint64 `json:"retained,omitempty"`
 }
 
 // FileMeta describes one data file. Per-batch id ranges and row locations
@@ -186,6 +192,15 @@ func emptyManifest() *Manifest {
 
 func (m *Manifest) watermark(shard string) uint64 { return m.Watermarks[shard] }
 
+// retainedFrom is the oldest generation of shard the feed can read: the
+// ones below it are reclaimed, or may be at any time.
+func (m *Manifest) retainedFrom(shard string) uint64 {
+	if g, ok := m.Retained[shard]; ok {
+		return g
+	}
+	return m.watermark(shard) + 1
+}
+
 func (m *Manifest) clone() *Manifest {
 	c := *m
 	c.Files = append([]FileMeta(nil), m.Files...)
@@ -193,6 +208,7 @@ func (m *Manifest) clone() *Manifest {
 	for k, v := range m.Watermarks {
 		c.Watermarks[k] = v
 	}
+	c.Retained = maps.Clone(m.Retained)
 	return &c
 }
 

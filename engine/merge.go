@@ -244,7 +244,7 @@ func (t *Table) mergeCandidates(ctx context.Context, reg *registry, m *Manifest)
 			var rec *sealRecord
 			var err error
 			if g == h.Gen {
-				rec, err = t.sealOf(ctx, shard, g, h.Segs)
+				rec, err = t.sealOf(ctx, shard, h)
 			} else {
 				rec, err = t.loadSeal(ctx, shard, g)
 			}
@@ -414,6 +414,9 @@ func (t *Table) buildVersion(ctx context.Context, base *baseView, plan []candida
 	}
 	for shard, g := range wm {
 		m.Watermarks[shard] = g
+	}
+	if err := t.retain(ctx, base.m, m); err != nil {
+		return nil, nil, st, err
 	}
 	m.Rows += st.rows
 	m.PayloadBytes += st.payloadBytes

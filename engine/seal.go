@@ -22,9 +22,12 @@ import (
 // the head decided the membership; anyone can rebuild the record from the
 // segments, and any two builds are equivalent.
 type sealRecord struct {
-	Shard    string          `json:"shard"`
-	Gen      uint64          `json:"generation"`
-	SealedAt time.Time       `json:"sealed_at"`
+	Shard    string    `json:"shard"`
+	Gen      uint64    `json:"generation"`
+	SealedAt time.Time `json:"sealed_at"`
+	// FirstRow is the offset of the generation's first row in the
+	// partition's feed (the head's GenStart).
+	FirstRow uint64          `json:"first_row"`
 	Segments []sealedSegment `json:"segments"`
 }
 
@@ -80,8 +83,9 @@ func (r *sealRecord) memSize() int64 {
 // writeSeal stores the seal record of a generation whose head is sealed
 // with len(segs) segments. An existing record is the same generation's
 // (the head fixed its membership), so losing the create is success.
-func (t *Table) writeSeal(ctx context.Context, shard string, gen uint64, segs []sealedSegment) (*sealRecord, error) {
-	rec := &sealRecord{Shard: shard, Gen: gen, SealedAt: t.db.rt.Now().UTC(), Segments: segs}
+func (t *Table) writeSeal(ctx context.Context, shard string, h head, segs []sealedSegment) (*sealRecord, error) {
+	gen := h.Gen
+	rec := &sealRecord{Shard: shard, Gen: gen, SealedAt: t.db.rt.Now().UTC(), FirstRow: h.GenStart, Segments: segs}
 	if rec.Segments == nil {
 		rec.Segments = []sealedSegment{}
 	}
@@ -142,19 +146,19 @@ func (t *Table) loadSeal(ctx context.Context, shard string, gen uint64) (*sealRe
 	})
 }
 
-// sealOf returns the seal record of a generation whose head was sealed at
-// n segments, writing it from the segments' own headers if nobody has yet
-// (a writer that stopped between sealing its head and writing the record).
-func (t *Table) sealOf(ctx context.Context, shard string, gen, n uint64) (*sealRecord, error) {
-	rec, err := t.loadSeal(ctx, shard, gen)
+// sealOf returns the seal record of the generation a sealed head h
+// counts, writing it from the segments' own headers if nobody has yet (a
+// writer that stopped between sealing its head and writing the record).
+func (t *Table) sealOf(ctx context.Context, shard string, h head) (*sealRecord, error) {
+	rec, err := t.loadSeal(ctx, shard, h.Gen)
 	if !errors.Is(err, objstore.ErrNotFound) {
 		return rec, err
 	}
-	segs, err := t.segmentLayouts(ctx, shard, gen, 1, n)
+	segs, err := t.segmentLayouts(ctx, shard, h.Gen, 1, h.Segs)
 	if err != nil {
 		return nil, err
 	}
-	return t.writeSeal(ctx, shard, gen, segs)
+	return t.writeSeal(ctx, shard, h, segs)
 }
 
 // segmentLayouts reads the layouts of segments from..to of a generation

@@ -3,7 +3,7 @@ package engine
 import "sync/atomic"
 
 // Stats are the engine's counters, read by the service's metrics. Every
-// field only grows.
+// field only grows, but FeedWaiting.
 type Stats struct {
 	ReadBaseHits     atomic.Int64 // served from the base
 	ReadWALHits      atomic.Int64 // served from a pending generation
@@ -34,4 +34,7 @@ type Stats struct {
 	VersionsCollected atomic.Int64
 	FilesCollected    atomic.Int64
 	OrphansSwept      atomic.Int64
+
+	FeedProbes  atomic.Int64 // partition heads probed for feed reads
+	FeedWaiting atomic.Int64 // feed reads waiting for a row now (a gauge)
 }

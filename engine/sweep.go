@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -66,7 +67,12 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 	// The heads first, then the versions: a generation merged and
 	// reclaimed in between is in a version read below, so none of its
 	// payloads looks unreferenced.
-	v := &sweepView{members: map[string]bool{}, refs: map[string]bool{}}
+	v := &sweepView{members: map[string]bool{}, refs: map[string]bool{}, merged: map[string]uint64{}}
+	if s := t.snap.Load(); s != nil {
+		// Merged before the heads are read, so in every version listed
+		// below: the walk down from a head stops above them.
+		v.merged = maps.Clone(s.base.m.Watermarks)
+	}
 	var err error
 	if v.heads, err = t.sweepHeads(ctx); err != nil {
 		return res, err
@@ -108,6 +114,9 @@ func (t *Table) sweep(ctx context.Context, grace time.Duration) (SweepResult, er
 // retained versions reference.
 type sweepView struct {
 	heads map[string]head
+	// merged holds, per shard, a generation known merged before the sweep
+	// began (and so in the versions it lists).
+	merged map[string]uint64
 	// members holds the WAL segments a head counts, and the segments of
 	// open generations that may be a commit in flight.
 	members map[string]bool
@@ -157,13 +166,14 @@ func (t *Table) sweepHeads(ctx context.Context) (map[string]head, error) {
 
 // countedSegments records the pending generations, before the versions
 // are listed: every segment a head counts, and its payloads. Per shard the
-// walk goes down from the head while seal records exist; a generation
-// reclaimed before its record is read was merged into a version the
-// listing sees.
+// walk goes down from the head while seal records exist, to the
+// generations known merged (the feed may retain days of those); a
+// generation reclaimed before its record is read was merged into a
+// version the listing sees.
 func (t *Table) countedSegments(ctx context.Context, v *sweepView) error {
 	for _, shard := range sortedKeys(v.heads) {
 		h := v.heads[shard]
-		for g := h.Gen; g > 0; g-- {
+		for g := h.Gen; g > v.merged[shard]; g-- {
 			n, ok, err := t.segmentCount(ctx, shard, g, h)
 			if err != nil {
 				return err
@@ -288,14 +298,20 @@ func (t *Table) orphanCounter(v *sweepView, key string, res *SweepResult) *int {
 		return nil
 	}
 	h, known := v.heads[k.Shard]
-	stale := k.Gen <= v.base.watermark(k.Shard) // merged: reclaim leftovers
+	stale := k.Gen < v.base.retainedFrom(k.Shard) // merged and not retained: reclaim leftovers
 	if k.IsSeal {
 		if stale {
 			return &res.Segments
 		}
 		return nil
 	}
-	if stale || (known && k.Gen <= h.Gen && !v.members[key]) {
+	if stale {
+		return &res.Segments
+	}
+	if k.Gen <= v.base.watermark(k.Shard) {
+		return nil // merged, and retained for the feed
+	}
+	if known && k.Gen <= h.Gen && !v.members[key] {
 		return &res.Segments
 	}
 	return nil

@@ -52,6 +52,10 @@ type Table struct {
 	wmu     sync.Mutex              // guards writers
 	writers map[string]*shardWriter // by shard
 
+	// feedw holds the heads feed readers read by (see feedWatch).
+	feedOnce sync.Once
+	feedw    *feedWatch
+
 	// mergeLock serialises merges and sweeps within the process; across
 	// processes the merger lease and the create-if-absent commit decide.
 	mergeLock *sched.Lock

@@ -45,7 +45,7 @@ func (w *shardWriter) takeOver(ctx context.Context) error {
 			if err := t.db.point(ctx, hookBeforeFence); err != nil {
 				return err
 			}
-			hs, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
+			hs, err := casHead(ctx, t.db, t.keys, w.shard, h, h.sealedBy(h.Owner))
 			if errors.Is(err, errHeadMoved) {
 				continue
 			}
@@ -57,7 +57,7 @@ func (w *shardWriter) takeOver(ctx context.Context) error {
 		if err := t.ensureSeal(ctx, w.shard, h); err != nil {
 			return err
 		}
-		nh, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
+		nh, err := casHead(ctx, t.db, t.keys, w.shard, h, h.claim(w.id))
 		if errors.Is(err, errHeadMoved) {
 			continue
 		}
@@ -80,7 +80,7 @@ func (w *shardWriter) takeOver(ctx context.Context) error {
 // dropped (then that is the answer); otherwise the file is missing, which
 // is reported as ErrMissingFile, never as a bare not-found.
 func (t *Table) ensureSeal(ctx context.Context, shard string, h head) error {
-	_, err := t.sealOf(ctx, shard, h.Gen, h.Segs)
+	_, err := t.sealOf(ctx, shard, h)
 	if !errors.Is(err, objstore.ErrNotFound) {
 		return err
 	}
@@ -122,14 +122,14 @@ func (t *Table) sealAbandoned(ctx context.Context, shard string, h head) (head, 
 		return h, false, err
 	}
 	defer o.release(ctx)
-	hs, err := casHead(ctx, t.db, t.keys, shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: h.Owner})
+	hs, err := casHead(ctx, t.db, t.keys, shard, h, h.sealedBy(h.Owner))
 	if errors.Is(err, errHeadMoved) {
 		return h, false, nil // its writer is alive after all
 	}
 	if err != nil {
 		return h, false, err
 	}
-	if _, err := t.sealOf(ctx, shard, hs.Gen, hs.Segs); err != nil {
+	if _, err := t.sealOf(ctx, shard, hs); err != nil {
 		return hs, true, err
 	}
 	if err := setActive(ctx, t.db, t.keys, shard, h.Owner, 0, false, false); err != nil {

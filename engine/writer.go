@@ -355,7 +355,7 @@ func (w *shardWriter) rotate(ctx context.Context, next bool) error {
 	}
 	h := w.head
 	if !h.Sealed {
-		hs, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: w.id})
+		hs, err := casHead(ctx, t.db, t.keys, w.shard, h, h.sealedBy(w.id))
 		if errors.Is(err, errHeadMoved) {
 			err = fmt.Errorf("%w: %w", ErrFenced, err)
 		}
@@ -365,7 +365,7 @@ func (w *shardWriter) rotate(ctx context.Context, next bool) error {
 		h = hs
 		w.head = h
 	}
-	if _, err := t.writeSeal(ctx, w.shard, h.Gen, w.segs); err != nil {
+	if _, err := t.writeSeal(ctx, w.shard, h, w.segs); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -377,7 +377,7 @@ func (w *shardWriter) rotate(ctx context.Context, next bool) error {
 	if !next {
 		return nil
 	}
-	nh, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen + 1, Owner: w.id})
+	nh, err := casHead(ctx, t.db, t.keys, w.shard, h, h.claim(w.id))
 	if errors.Is(err, errHeadMoved) {
 		err = fmt.Errorf("%w: %w", ErrFenced, err)
 	}
