@@ -71,6 +71,11 @@ class _FeedDataset:
     not delivered again; keep max_rows small against a batch if that
     matters.
 
+    A worker resumes as Feed's named consumer does: it reads its
+    partitions from their oldest retained row and drops the rows before the
+    committed offsets, so each (re)start reads those rows' metadata once
+    more (and their payloads, with payloads=).
+
     start: where a worker starts whose partitions have no committed
     position yet (None: the oldest retained row; "latest": rows
     acknowledged from now on); once any is committed, the worker resumes
