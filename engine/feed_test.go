@@ -319,9 +319,8 @@ func TestFeedReclaimUnderAReadIsAnExpiryNotAGap(t *testing.T) {
 func TestFeedFollowsAPartitionAcrossOwners(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
-	mem := memory.New()
+	mem := memory.New(memory.WithClock(clk.Now))
 	a := acked{}
-	mem = memory.New(memory.WithClock(clk.Now))
 	w1 := newEnv(t, mem, feedConfig("w1", clk, 1, time.Hour))
 	if _, _, err := w1.tb.members(ctx, true); err != nil {
 		t.Fatal(err)
