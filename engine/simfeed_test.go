@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/rollstore/rollstore/internal/sched"
 )
 
 // simConsumer is one reader of the feed.
@@ -206,5 +208,185 @@ func (w *simWorld) finalFeed(ctx context.Context, p *simProc, when string) {
 			continue
 		}
 		_ = fmt.Sprint(p)
+	}
+}
+
+// simMember is a consumer-group member: it reads its assignment from the
+// cursor of its last answer, and commits that answer with its next
+// request, as a learner does.
+type simMember struct {
+	name    string
+	busy    bool
+	cursor  *Cursor
+	pending []simDelivered // delivered, not yet committed
+}
+
+// simDelivered is one row a member was given.
+type simDelivered struct {
+	part   int
+	offset uint64
+	id     string
+}
+
+const simGroup = "learners"
+
+// opGroup runs one request of a group member: join (or heartbeat), commit
+// the previous answer, read the next one.
+func (w *simWorld) opGroup(ctx context.Context, p *simProc) {
+	if w.partitions <= 0 || w.feedRetention == 0 || w.dropEnd > 0 || w.dropping {
+		return // without retention, rows may expire unread; across a drop the group starts over
+	}
+	var free []*simMember
+	for _, m := range w.members {
+		if !m.busy {
+			free = append(free, m)
+		}
+	}
+	if len(free) == 0 {
+		return
+	}
+	m := free[w.rng.IntN(len(free))]
+	m.busy = true
+	defer func() { m.busy = false }()
+	tb, err := w.table(ctx, p)
+	if err != nil {
+		return
+	}
+	if w.rng.IntN(10) == 0 {
+		// A member leaves; its uncommitted rows go to the next holder.
+		if err := tb.LeaveGroup(ctx, simGroup, m.name); err == nil {
+			m.cursor, m.pending = nil, nil
+		}
+		return
+	}
+	w.memberStep(ctx, tb, m, 1+w.rng.IntN(8))
+}
+
+// memberStep is one request of member m; it reports whether it read rows.
+func (w *simWorld) memberStep(ctx context.Context, tb *Table, m *simMember, maxRows int) (bool, error) {
+	a, err := tb.JoinGroup(ctx, simGroup, m.name)
+	if err != nil {
+		w.groupErr("join", err)
+		return false, err
+	}
+	if m.cursor != nil && len(m.pending) > 0 {
+		_, err := tb.CommitGroup(ctx, simGroup, m.name, *m.cursor)
+		switch {
+		case err == nil:
+			w.noteCommitted(m.pending, true)
+		case errors.Is(err, ErrRebalanced):
+			// Not committed: the next holder gets these rows again.
+		default:
+			w.groupErr("commit", err)
+			w.noteCommitted(m.pending, false) // it may have landed
+		}
+		m.pending = nil
+	}
+	start := a.Start
+	if m.cursor != nil && m.cursor.Epoch == a.Epoch {
+		start = *m.cursor
+	}
+	if len(a.Partitions) == 0 {
+		m.cursor = &start
+		return false, nil
+	}
+	page, err := tb.Feed(ctx, FeedOptions{Cursor: &start, Partitions: a.Partitions, MaxRows: maxRows})
+	if err != nil {
+		w.groupErr("feed", err)
+		m.cursor = nil // start over from the group's committed positions
+		return false, err
+	}
+	for _, row := range page.Rows {
+		m.pending = append(m.pending, simDelivered{row.Partition, row.Offset, row.Record.ID})
+	}
+	next := page.Next
+	m.cursor = &next
+	return len(page.Rows) > 0, nil
+}
+
+func (w *simWorld) groupErr(what string, err error) {
+	if (w.dropping || w.dropEnd > 0) && (errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrCursorExpired)) {
+		return // the op began before a drop
+	}
+	if !errors.Is(err, errInjected) && !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrOverloaded) &&
+		!errors.Is(err, sched.ErrHalted) {
+		w.problem("group %s: %v", what, err)
+	}
+}
+
+// noteCommitted records a batch a member committed (certain: the commit
+// was accepted; else its outcome is unknown). No row may be in two
+// accepted commits: exactly once per committed cursor.
+func (w *simWorld) noteCommitted(batch []simDelivered, certain bool) {
+	for _, d := range batch {
+		key := fmt.Sprint(d.part, "/", d.offset)
+		if certain {
+			if prev, ok := w.committed[key]; ok && prev.certain {
+				w.problem("group: %q (partition %d offset %d) committed twice", d.id, d.part, d.offset)
+			}
+			w.committed[key] = simCommit{id: d.id, certain: true}
+		} else if _, ok := w.committed[key]; !ok {
+			w.committed[key] = simCommit{id: d.id}
+		}
+	}
+}
+
+type simCommit struct {
+	id      string
+	certain bool
+}
+
+// finalGroup lets one member take every partition and read to the end:
+// then every row of the incarnation that was acknowledged or seen is in a
+// committed batch, and the group's committed offsets are the partitions'
+// row counts.
+func (w *simWorld) finalGroup(ctx context.Context, p *simProc) {
+	if w.partitions <= 0 || w.feedRetention == 0 || w.dropEnd > 0 || len(w.committed) == 0 && len(w.members[0].pending) == 0 {
+		return
+	}
+	tb, err := w.table(ctx, p)
+	if err != nil {
+		w.problem("final group: %v", err)
+		return
+	}
+	last := w.members[0]
+	for _, m := range w.members[1:] {
+		if err := tb.LeaveGroup(ctx, simGroup, m.name); err != nil {
+			w.problem("final group: leave: %v", err)
+			return
+		}
+	}
+	for i := 0; ; i++ {
+		read, err := w.memberStep(ctx, tb, last, 50)
+		if err != nil {
+			return
+		}
+		if !read && len(last.pending) == 0 {
+			break
+		}
+		if i > 10000 {
+			w.problem("final group: never caught up")
+			return
+		}
+	}
+	st, err := tb.GroupStatusOf(ctx, simGroup)
+	if err != nil {
+		w.problem("final group: status: %v", err)
+		return
+	}
+	for _, l := range st.Lag {
+		if l.Committed != l.Acked {
+			w.problem("final group: partition %d committed at %d, %d rows acknowledged", l.Partition, l.Committed, l.Acked)
+		}
+	}
+	in := map[string]bool{}
+	for _, c := range w.committed {
+		in[c.id] = true
+	}
+	for _, id := range w.order {
+		r := w.rows[id]
+		if r.epoch == w.epoch && r.firstAttempt > w.dropEnd && (r.acked || r.seenAt > 0) && !in[id] {
+			w.problem("final group: %q (acknowledged: %v) is in no committed batch", id, r.acked)
+		}
 	}
 }

@@ -69,6 +69,9 @@ MUTANTS = [
     ("17-feed-skips-rest-of-generation", "a feed reader that stood inside a generation when it was sealed (a hand-over to a new owner, or a rotation) moves on to the next one: the segments committed since its last read are skipped",
      "engine/feed.go", "\t\tif pos.Gen == h.Gen {\n\t\t\tn, first = h.Segs, h.GenStart\n\t\t} else {\n",
      "\t\tif pos.Gen == h.Gen {\n\t\t\tn, first = h.Segs, h.GenStart\n\t\t} else if pos.Seg > 1 {\n\t\t\tn = 0 // sealed since: on to the next generation\n\t\t} else {\n"),
+    ("18-group-commit-unfenced", "a consumer-group member's commit is accepted after its partitions were handed over to another member: both commit the same rows",
+     "engine/consumers.go", "\tif c.Group != group || c.Epoch != g.Epoch {\n",
+     "\treturn nil // any member's cursor is taken\n\tif c.Group != group || c.Epoch != g.Epoch {\n"),
 ]
 
 
