@@ -210,10 +210,6 @@ func (s *Server) commitConsumer(w http.ResponseWriter, r *http.Request) (err err
 	if err != nil {
 		return err
 	}
-	if req.Member != "" && cur.Group != g {
-		// Another group's assignment (or none) says nothing of this one's.
-		return newError(http.StatusConflict, codeRebalanced, "the cursor is not one of group %q's assignments (it was given to group %q): resume from the group's committed positions", g, cur.Group)
-	}
 	if _, err := tb.CommitGroup(r.Context(), g, req.Member, cur); err != nil {
 		return err
 	}

@@ -388,6 +388,7 @@ func (s *Server) readFeed(ctx context.Context, tb *engine.Table, opts engine.Fee
 		opts.Wait = 0
 		return tb.Feed(ctx, opts)
 	}
+	s.relayFeed(tb)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -398,6 +399,8 @@ func (s *Server) readFeed(ctx context.Context, tb *engine.Table, opts engine.Fee
 		}
 	}()
 	page, err := tb.Feed(wctx, opts)
+	// The relay's waits at the owners need not outlast their readers.
+	s.relayFeed(tb)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		opts.Wait = 0
 		return tb.Feed(ctx, opts)
@@ -591,22 +594,30 @@ func (s *Server) encodeRow(table string, fq *feedQuery, row *engine.FeedRow) ([]
 
 // writeFeedJSON streams the rows, one encoded at a time: a page may carry
 // up to --feed-max-bytes of payloads, which are not copied again whole.
+// A failed write (the client went away, or reads too slowly) ends it.
 func (s *Server) writeFeedJSON(w io.Writer, ndjson bool, table string, fq *feedQuery, a *feedAnswer, env feedEnvelope) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	if !ndjson {
-		bw.WriteString(`{"rows":[`)
+	open, sep, end := "", []byte(","), []byte(nil)
+	if ndjson {
+		sep, end = nil, []byte("\n")
+	} else {
+		open = `{"rows":[`
+	}
+	if _, err := bw.WriteString(open); err != nil {
+		return err
 	}
 	for i := range a.page.Rows {
 		b, err := s.encodeRow(table, fq, &a.page.Rows[i])
 		if err != nil {
 			return fmt.Errorf("encoding row %q: %w", a.page.Rows[i].Record.ID, err)
 		}
-		if !ndjson && i > 0 {
-			bw.WriteByte(',')
+		if i > 0 {
+			if _, err := bw.Write(sep); err != nil {
+				return err
+			}
 		}
-		bw.Write(b)
-		if ndjson {
-			bw.WriteByte('\n')
+		if _, err := bw.Write(append(b, end...)); err != nil {
+			return err
 		}
 	}
 	tail, err := json.Marshal(env)
@@ -615,11 +626,11 @@ func (s *Server) writeFeedJSON(w io.Writer, ndjson bool, table string, fq *feedQ
 	}
 	if !ndjson {
 		// The envelope's fields after the rows: {"rows":[…],"cursor":…}.
-		bw.WriteString("],")
-		tail = tail[1:]
+		tail = append([]byte("],"), tail[1:]...)
 	}
-	bw.Write(tail)
-	bw.WriteByte('\n')
+	if _, err := bw.Write(append(tail, '\n')); err != nil {
+		return err
+	}
 	return bw.Flush()
 }
 

@@ -694,3 +694,49 @@ func TestFeedMediaFromAccept(t *testing.T) {
 		}
 	}
 }
+
+// TestFeedLongPollsBeyondTheClientShareAnswerAtOnce: one client holds at
+// most its share of the waiting slots; its next long-poll is answered at
+// once while another client's still waits.
+func TestFeedLongPollsBeyondTheClientShareAnswerAtOnce(t *testing.T) {
+	e := newEnv(t, func(o *envOptions) {
+		o.server.FeedMaxWaiting = 4
+		o.server.MaxClientShare = 0.5
+		o.server.AuthTokens = []string{"one", "two"}
+	})
+	auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	want(t, e.do("PUT", "/v1/tables/t?partitions=2", nil, auth("one")...), http.StatusCreated, "")
+	r := e.do("GET", feedPath("t", "cursor", "latest"), nil, auth("one")...)
+	want(t, r, http.StatusOK, "")
+	cursor := r.header.Get(hdrCursor)
+	ctx := waitCtx(t)
+	var polls []<-chan response
+	for i := range 2 {
+		polls = append(polls, e.startFeed(feedPath("t", "cursor", cursor, "wait", "60"), auth("one")...))
+		e.waitFeedWaiting(ctx, int64(i+1))
+	}
+	// Client one holds its two slots of four: its third long-poll does not wait.
+	r = e.do("GET", feedPath("t", "cursor", cursor, "wait", "60"), nil, auth("one")...)
+	want(t, r, http.StatusOK, "")
+	if r.header.Get(hdrRows) != "0" || r.header.Get(hdrCursor) == "" {
+		t.Fatalf("long-poll beyond the client's share: %v", r.header)
+	}
+	// Client two's waits.
+	polls = append(polls, e.startFeed(feedPath("t", "cursor", cursor, "wait", "60"), auth("two")...))
+	e.waitFeedWaiting(ctx, 3)
+	if got := testutil.ToFloat64(e.srv.metrics.feedWaiting); got != 3 {
+		t.Fatalf("rollstore_feed_long_polls %v", got)
+	}
+	want(t, e.put("t", "x", `{"rollout_id":"r"}`, []byte("x"), auth("one")...), http.StatusCreated, "")
+	for _, p := range polls {
+		select {
+		case r := <-p:
+			want(t, r, http.StatusOK, "")
+			if r.header.Get(hdrRows) != "1" {
+				t.Fatalf("a waiting long-poll answered %s rows", r.header.Get(hdrRows))
+			}
+		case <-ctx.Done():
+			t.Fatal("a waiting long-poll did not answer")
+		}
+	}
+}

@@ -50,6 +50,7 @@ type metrics struct {
 	feedCommits        *prometheus.CounterVec
 	consumerLagRows    *prometheus.GaugeVec
 	consumerLagSeconds *prometheus.GaugeVec
+	feedRelays         *prometheus.CounterVec
 
 	mu     sync.Mutex
 	tables []string // tables with pending gauges set
@@ -133,6 +134,10 @@ func newMetrics(db *engine.DB) *metrics {
 			Name: "rollstore_feed_commits_total",
 			Help: "Consumer-group commits (POST .../commit and feed reads with commit=true), by result: ok, rebalanced (refused: the member's assignment is stale), error.",
 		}, []string{"result"}),
+		feedRelays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollstore_feed_relays_total",
+			Help: "Waits of this process's long-polls relayed to the owners of their partitions, by result: moved (the owner answered that a partition moved, and the readers were woken), idle (the relayed wait passed), error (the owner could not be asked; the readers wake at the next probe).",
+		}, []string{"result"}),
 		consumerLagRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "rollstore_feed_consumer_lag_rows",
 			Help: "Rows acknowledged after a consumer group's committed positions, for the groups this process served in the last 5 minutes (refreshed every 15s).",
@@ -152,7 +157,7 @@ func newMetrics(db *engine.DB) *metrics {
 	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
 	m.reg.MustRegister(m.requests, m.inflight, m.clientRefusals, m.payloadBytes, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
 		m.pendingGens, m.pendingRows, m.forwarded, m.forwardDuration, buildInfo, engineCollector{db},
-		m.feedRequests, m.feedRows, m.feedPayloadBytes, m.feedWaiting, m.feedCommits, m.consumerLagRows, m.consumerLagSeconds,
+		m.feedRequests, m.feedRows, m.feedPayloadBytes, m.feedWaiting, m.feedCommits, m.consumerLagRows, m.consumerLagSeconds, m.feedRelays,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

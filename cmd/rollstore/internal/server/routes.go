@@ -67,6 +67,9 @@ func (s *Server) routes() {
 	// its database closes) nor counted against the request slots (the
 	// forwarding pod counted the request).
 	s.handle("POST "+internalCommitPath, s.commitStaged, internal)
+	// Waits relayed by other pods for their long-polls (feedrelay.go):
+	// bounded by the pods' waiting tables, not by the request slots.
+	s.handle("POST "+internalAwaitPath, s.awaitFeed, internal)
 	s.uiRoutes() // the status page, ui.go
 
 	// Everything else is answered in JSON too (404 or 405), and behind

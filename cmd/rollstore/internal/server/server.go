@@ -45,6 +45,9 @@ type Server struct {
 	// lag tracks the consumer groups this process served, whose lag
 	// gauges the lag loop refreshes (consumers.go).
 	lag consumerLag
+	// relays relays waiting long-polls to the partitions' owners
+	// (feedrelay.go).
+	relays feedRelays
 
 	// fwd is the client of forwarded commits (one pool of kept-alive
 	// connections to the other writers); payloadStore the engine's store,
@@ -85,6 +88,7 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 		waiting:    make(chan struct{}, cfg.FeedMaxWaiting),
 		drained:    make(chan struct{}),
 		lag:        consumerLag{served: map[groupKey]time.Time{}},
+		relays:     feedRelays{tables: map[*engine.Table]chan struct{}{}},
 	}
 	for _, t := range cfg.AuthTokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
