@@ -88,11 +88,10 @@ class Feed:
     the last answer is committed when the iteration ends there (the
     consumer asked for more after the last row). With group and no member, the
     feed reads as a named consumer: the partitions given (default all),
-    starting where the consumer committed (rows before its committed
-    offsets are dropped here), committing as it goes the same way (POST
-    .../consumers/{group}/commit, per partition, forward only), so that
-    several processes can each read and commit their own partitions of one
-    name.
+    starting where the consumer committed (the server starts the partitions
+    the cursor lacks there), committing as it goes the same way (per
+    partition, forward only), so that several processes can each read and
+    commit their own partitions of one name.
     """
 
     def __init__(self, client, table: str, cursor: Optional[str] = None, group: Optional[str] = None,
@@ -136,10 +135,7 @@ class Feed:
             "columns": ",".join(columns) if columns is not None else None,
             "rollout_id": rollout_id, "problem_id": problem_id, "policy_version": policy_version,
         }
-        # A named consumer (group, no member): its committed offsets per
-        # partition, below which rows were processed already; and the
-        # cursor it last committed.
-        self._floors: Optional[Dict[int, int]] = None
+        # A named consumer (group, no member): the cursor it last committed.
         self._committed: Optional[str] = None
         self._closed = False
         self._gen: Optional[Iterator[Any]] = None
@@ -194,13 +190,17 @@ class Feed:
         if self.member is not None:
             q["group"], q["member"] = self.group, self.member
             q["commit"] = "true" if self.auto_commit else "false"
-        elif self._asked is not None:
-            q["partitions"] = ",".join(str(p) for p in self._asked)
-        if self.named_consumer:
-            if self.cursor is None and self._floors is None:
-                self._floors = self._committed_offsets()
-            if self.auto_commit:
-                self._commit_named()
+        else:
+            if self._asked is not None:
+                q["partitions"] = ",".join(str(p) for p in self._asked)
+            if self.group is not None:
+                # A named consumer: the server commits the cursor sent (if
+                # asked) and starts the partitions it lacks at the
+                # consumer's committed positions.
+                q["group"] = self.group
+                q["commit"] = "true" if self.auto_commit else "false"
+                if self.auto_commit and self.cursor and self.cursor != "latest":
+                    self._committed = self.cursor
         headers, data = self._client._feed_get(self.table, q, MEDIA_ARROW if self.as_arrow else MEDIA_JSON,
                                                timeout=self.wait + _POLL_SLACK)
         page = self._arrow_page(headers, data) if self.as_arrow else self._json_page(headers, data)
@@ -212,7 +212,6 @@ class Feed:
     def _json_page(self, headers, data: bytes) -> FeedPage:
         doc = json.loads(data)
         rows = [_decode_row(r) for r in doc.get("rows") or []]
-        rows = [r for r in rows if self._wanted(r["partition"], r["offset"])]
         return FeedPage(rows, len(rows), doc.get("cursor") or headers.get("Rollstore-Cursor", ""),
                         doc.get("lag_rows", _header_int(headers, "Rollstore-Lag-Rows")),
                         doc.get("partitions") or _int_list(headers.get("Rollstore-Partitions")),
@@ -220,20 +219,10 @@ class Feed:
                         bool(doc.get("rebalanced", headers.get("Rollstore-Rebalanced") == "true")))
 
     def _arrow_page(self, headers, data: bytes) -> FeedPage:
-        import pyarrow as pa
         import pyarrow.ipc
 
         reader = pyarrow.ipc.open_stream(data)
         batches = [b for b in reader if b.num_rows > 0]
-        if self._floors:
-            kept = []
-            for b in batches:
-                mask = [self._wanted(p, o) for p, o in zip(b.column("partition").to_pylist(),
-                                                          b.column("offset").to_pylist())]
-                b = b.filter(pa.array(mask, type=pa.bool_()))
-                if b.num_rows:
-                    kept.append(b)
-            batches = kept
         meta = reader.schema.metadata or {}
         cursor = headers.get("Rollstore-Cursor") or meta.get(b"rollstore.cursor", b"").decode("ascii")
         return FeedPage(batches, sum(b.num_rows for b in batches), cursor,
@@ -242,22 +231,7 @@ class Feed:
                         _header_int(headers, "Rollstore-Group-Epoch"),
                         headers.get("Rollstore-Rebalanced") == "true")
 
-    def _wanted(self, partition: int, offset: int) -> bool:
-        return not self._floors or offset >= self._floors.get(partition, 0)
-
     # Commits.
-
-    def _committed_offsets(self) -> Dict[int, int]:
-        """The named consumer's committed offsets (the next row to deliver)
-        in the partitions this feed reads; none for a new consumer."""
-        try:
-            g = self._client.consumer(self.table, self.group)
-        except GroupNotFound:
-            return {}
-        out = {int(p): int(c["offset"]) for p, c in (g.get("committed") or {}).items()}
-        if self._asked is not None:
-            out = {p: o for p, o in out.items() if p in self._asked}
-        return out
 
     def _commit_named(self) -> None:
         if self.cursor and self.cursor != "latest" and self.cursor != self._committed:

@@ -19,7 +19,6 @@ import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from .client import Client
-from .errors import GroupNotFound
 
 try:
     import torch.utils.data as _torch_data
@@ -63,18 +62,14 @@ class _FeedDataset:
     (as torchrun sets them), else 0 of 1.
 
     Each worker hands out the records of its partitions (dicts, as
-    Client.feed yields them) in feed order per partition; it commits an
-    answer's cursor when it fetches the next one, that is once the
-    DataLoader has taken every record of that answer. A DataLoader
-    prefetches (prefetch_factor batches per worker), so after a crash the
-    records of up to that many batches taken but not yet trained on are
-    not delivered again; keep max_rows small against a batch if that
-    matters.
-
-    A worker resumes as Feed's named consumer does: it reads its
-    partitions from their oldest retained row and drops the rows before the
-    committed offsets, so each (re)start reads those rows' metadata once
-    more (and their payloads, with payloads=).
+    Client.feed yields them) in feed order per partition. It commits an
+    answer's cursor only once the worker has handed out commit_lag more
+    answers after it: a DataLoader prefetches (prefetch_factor batches per
+    worker), so a record handed out is not yet trained on. After a crash
+    the records of at most the last commit_lag + 1 answers of each worker
+    are delivered again, none is lost (at least once); keep commit_lag *
+    max_rows above prefetch_factor * batch_size. The server starts each
+    worker's partitions at the consumer's committed positions.
 
     start: where a worker starts whose partitions have no committed
     position yet (None: the oldest retained row; "latest": rows
@@ -92,7 +87,7 @@ class _FeedDataset:
                  max_bytes: Optional[int] = None, payloads: Union[int, str, None] = 0,
                  columns: Optional[Iterable[str]] = None, rollout_id: Optional[str] = None,
                  problem_id: Optional[str] = None, policy_version: Optional[str] = None,
-                 stop_at_end: bool = False):
+                 stop_at_end: bool = False, commit_lag: int = 2):
         super().__init__()
         if isinstance(client_or_url, Client):
             c = client_or_url
@@ -113,6 +108,9 @@ class _FeedDataset:
         if start not in (None, "latest"):
             raise ValueError("rollstore: start is None (the oldest row) or 'latest'")
         self.start = start
+        if commit_lag < 0:
+            raise ValueError("rollstore: commit_lag is a number of answers, at least 0")
+        self.commit_lag = commit_lag
         self._feed_args = {"wait": wait, "max_rows": max_rows, "max_bytes": max_bytes, "payloads": payloads,
                            "columns": list(columns) if columns is not None else None,
                            "rollout_id": rollout_id, "problem_id": problem_id, "policy_version": policy_version,
@@ -149,20 +147,23 @@ class _FeedDataset:
             parts = split_partitions(self.partition_count(c), self.rank, self.world_size, worker, num_workers)
             if not parts:
                 return
-            cursor = None
-            if self.start == "latest" and not self._committed_any(c, parts):
-                cursor = "latest"
-            with c.feed(self.table, cursor=cursor, group=self.group, partitions=parts, **self._feed_args) as feed:
-                yield from feed
+            # "latest" applies to the partitions with no committed position.
+            cursor = "latest" if self.start == "latest" else None
+            handed: List[str] = []  # cursors of the answers handed out, not yet committed
+            with c.feed(self.table, cursor=cursor, group=self.group, partitions=parts, commit=False,
+                        **self._feed_args) as feed:
+                for page in feed.pages():
+                    yield from page.rows
+                    if not page.rows:
+                        continue
+                    handed.append(page.cursor)
+                    if len(handed) > self.commit_lag:
+                        c.commit(self.table, self.group, handed.pop(0))
+            if handed and self._feed_args["stop_at_end"]:
+                # The iteration ran to the end: every record was taken.
+                c.commit(self.table, self.group, handed[-1])
         finally:
             c.close()
-
-    def _committed_any(self, c: Client, parts: List[int]) -> bool:
-        try:
-            committed = c.consumer(self.table, self.group).get("committed") or {}
-        except GroupNotFound:
-            return False
-        return any(int(p) in parts for p in committed)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         info = _torch_data.get_worker_info() if _torch_data is not None else None

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
@@ -170,9 +171,9 @@ func (s *Server) parseFeedQuery(q url.Values) (*feedQuery, error) {
 	}
 	fq.group, fq.member = q.Get("group"), q.Get("member")
 	switch {
-	case q.Has("group") != q.Has("member"):
-		return nil, badRequest("group and member go together: a consumer-group member names both")
-	case q.Has("group"):
+	case q.Has("member") && !q.Has("group"):
+		return nil, badRequest("member needs its group: a consumer-group member names both")
+	case q.Has("member"):
 		if err := checkConsumerName("group", fq.group); err != nil {
 			return nil, err
 		}
@@ -180,10 +181,16 @@ func (s *Server) parseFeedQuery(q url.Values) (*feedQuery, error) {
 			return nil, err
 		}
 		if fq.partitions != nil {
-			return nil, badRequest("partitions cannot be given with group: a member reads the partitions the group assigns it")
+			return nil, badRequest("partitions cannot be given with group and member: a member reads the partitions the group assigns it")
+		}
+	case q.Has("group"):
+		// A named consumer: its workers each read (and commit) partitions
+		// of their own.
+		if err := checkConsumerName("group", fq.group); err != nil {
+			return nil, err
 		}
 	case q.Has("commit"):
-		return nil, badRequest("commit is for consumer-group members: give it with group and member")
+		return nil, badRequest("commit is for consumers: give it with group (and member, for a group member)")
 	}
 	if q.Has("commit") {
 		switch v := q.Get("commit"); v {
@@ -234,8 +241,11 @@ func (a *feedAnswer) envelope() feedEnvelope {
 func (s *Server) feed(w http.ResponseWriter, r *http.Request) (err error) {
 	outcome := "error"
 	defer func() {
-		if err != nil && classify(err).code == codeCursorExpired {
+		switch {
+		case err != nil && classify(err).code == codeCursorExpired:
 			outcome = "expired"
+		case err != nil && r.Context().Err() != nil:
+			outcome = "canceled" // the client went away
 		}
 		s.metrics.feedRequests.WithLabelValues(outcome).Inc()
 	}()
@@ -271,12 +281,18 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) (err error) {
 	opts := engine.FeedOptions{Cursor: fq.cursor, Latest: fq.latest, Partitions: fq.partitions, MaxRows: fq.maxRows,
 		MaxBytes: fq.maxBytes, PayloadBytes: fq.payloads, Wait: fq.wait, Filter: fq.filter}
 	ans := &feedAnswer{}
-	if fq.group != "" {
+	member := fq.member != ""
+	switch {
+	case member:
 		if err := s.joinForRead(ctx, tb, fq, &opts, ans); err != nil {
 			return err
 		}
+	case fq.group != "":
+		if err := s.namedForRead(ctx, tb, fq, &opts); err != nil {
+			return err
+		}
 	}
-	if fq.group != "" && len(opts.Partitions) == 0 {
+	if member && len(opts.Partitions) == 0 {
 		// More members than partitions: this one reads none until the
 		// group changes. It waits out its wait all the same, or its
 		// client would ask again at once.
@@ -286,7 +302,7 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) (err error) {
 		return err
 	}
 	ans.next = ans.page.Next
-	if fq.group != "" {
+	if member {
 		ans.next.Group, ans.next.Epoch = fq.group, ans.epoch
 	} else {
 		ans.partitions = readPartitions(ans.page)
@@ -321,6 +337,11 @@ func (s *Server) joinForRead(ctx context.Context, tb *engine.Table, fq *feedQuer
 	s.consumerServed(tb.Name(), fq.group)
 	cur := fq.cursor
 	current := cur != nil && cur.Group == fq.group && cur.Epoch == a.Epoch
+	if cur != nil && fq.commit && !current {
+		// Of an epoch since ended: not committed, as CommitGroup would
+		// refuse it.
+		s.metrics.feedCommits.WithLabelValues("rebalanced").Inc()
+	}
 	if cur != nil && fq.commit && current {
 		_, err := tb.CommitGroup(ctx, fq.group, fq.member, *cur)
 		switch {
@@ -335,7 +356,9 @@ func (s *Server) joinForRead(ctx context.Context, tb *engine.Table, fq *feedQuer
 				return err
 			}
 		default:
-			s.metrics.feedCommits.WithLabelValues("error").Inc()
+			if ctx.Err() == nil {
+				s.metrics.feedCommits.WithLabelValues("error").Inc()
+			}
 			return err
 		}
 	}
@@ -352,6 +375,53 @@ func (s *Server) joinForRead(ctx context.Context, tb *engine.Table, fq *feedQuer
 	// holds besides.
 	start.Pos = positionsOf(start.Pos, a.Partitions)
 	opts.Cursor, opts.Partitions = &start, a.Partitions
+	return nil
+}
+
+// namedForRead commits the request's cursor for a named consumer, if
+// asked (positions only move forward), and starts the partitions the
+// cursor lacks at the consumer's committed positions: a worker restarted
+// without its cursor resumes where it committed.
+func (s *Server) namedForRead(ctx context.Context, tb *engine.Table, fq *feedQuery, opts *engine.FeedOptions) error {
+	s.consumerServed(tb.Name(), fq.group)
+	if cur := fq.cursor; cur != nil && fq.commit {
+		if _, err := tb.CommitGroup(ctx, fq.group, "", *cur); err != nil {
+			if ctx.Err() == nil {
+				s.metrics.feedCommits.WithLabelValues("error").Inc()
+			}
+			return err
+		}
+		s.metrics.feedCommits.WithLabelValues("ok").Inc()
+	}
+	committed, err := tb.CommittedPositions(ctx, fq.group)
+	if err != nil {
+		return err
+	}
+	start := engine.Cursor{Incarnation: tb.Incarnation(), Partitions: tb.Partitions(), Pos: map[int]engine.Position{}}
+	if fq.cursor != nil {
+		start = *fq.cursor
+		start.Pos = maps.Clone(start.Pos)
+	}
+	parts := opts.Partitions
+	if parts == nil && fq.cursor == nil {
+		parts = make([]int, tb.Partitions())
+		for p := range parts {
+			parts[p] = p
+		}
+	}
+	for _, p := range parts {
+		if _, ok := start.Pos[p]; !ok {
+			if pos, ok := committed[p]; ok {
+				start.Pos[p] = pos
+			}
+		}
+	}
+	if len(start.Pos) > 0 || fq.cursor != nil {
+		opts.Cursor = &start
+		if opts.Partitions == nil {
+			opts.Partitions = parts
+		}
+	}
 	return nil
 }
 
