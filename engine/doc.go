@@ -117,6 +117,19 @@
 //     next head swap; no append is acknowledged after the drop; a table
 //     created meanwhile is untouched.
 //
+// # The feed
+//
+// A partition's rows in acknowledgement order are its chain's segments in
+// order, each one's rows in file order; the heads count rows too, so each
+// row has a dense offset (feed.go). Merged generations stay in the WAL for
+// FeedRetention after their seal: each base version records per shard the
+// oldest one it retains, reclaim (step 7) deletes only below it, and a
+// cursor below it has expired. Readers of the feed follow the heads' counts
+// as the refresh does, probing heads observed after the read began; long
+// polls share one probe loop per table (feedwatch.go). Consumer groups
+// keep their committed positions and members in one object per group,
+// changed by compare-and-swap (consumers.go).
+//
 // # Reads
 //
 // A process keeps a resident snapshot: a base version with the layouts of

@@ -441,6 +441,7 @@ func (pl *feedPlanner) step(ctx context.Context) (*feedSeg, error) {
 			n, first = h.Segs, h.GenStart
 		} else {
 			if pl.seal == nil || pl.seal.Gen != pos.Gen {
+				t.prefetchSeals(ctx, shard, pos.Gen+1, min(pos.Gen+feedSealAhead, h.Gen-1))
 				rec, err := t.loadSeal(ctx, shard, pos.Gen)
 				if err != nil {
 					return nil, t.genGone(ctx, shard, pos.Gen, err)
@@ -491,6 +492,25 @@ func (pl *feedPlanner) step(ctx context.Context) (*feedSeg, error) {
 		return fs, nil
 	}
 	return nil, nil
+}
+
+// feedSealAhead is how many sealed generations a reader catching up loads
+// the seal records of at once: one round trip for several small
+// generations instead of one each.
+const feedSealAhead = 8
+
+// prefetchSeals loads the seal records of generations from..to into the
+// cache, in parallel and in the background of the one being read; errors
+// are left for the reads that need them.
+func (t *Table) prefetchSeals(ctx context.Context, shard string, from, to uint64) {
+	for g := from; g <= to; g++ {
+		if _, ok := t.db.seals.Get(t.keys.Seal(shard, g)); ok {
+			continue
+		}
+		t.db.rt.Go(func() {
+			_, _ = t.loadSeal(ctx, shard, g)
+		})
+	}
 }
 
 // genGone explains a generation's record or segment that could not be

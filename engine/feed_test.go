@@ -319,9 +319,8 @@ func TestFeedReclaimUnderAReadIsAnExpiryNotAGap(t *testing.T) {
 func TestFeedFollowsAPartitionAcrossOwners(t *testing.T) {
 	ctx := context.Background()
 	clk := objstoretest.NewClock()
-	mem := memory.New()
+	mem := memory.New(memory.WithClock(clk.Now))
 	a := acked{}
-	mem = memory.New(memory.WithClock(clk.Now))
 	w1 := newEnv(t, mem, feedConfig("w1", clk, 1, time.Hour))
 	if _, _, err := w1.tb.members(ctx, true); err != nil {
 		t.Fatal(err)
@@ -547,5 +546,58 @@ func TestFeedRefusesCursorsOfAnotherIncarnationAndOfTheFuture(t *testing.T) {
 	var exp *CursorExpiredError
 	if !errors.As(err, &exp) || exp.Oldest.Incarnation != nt.Incarnation() {
 		t.Fatalf("a cursor of the dropped incarnation: %v", err)
+	}
+}
+
+func TestAwaitFeedAnswersAtTheOwnersCommit(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	cfg := testConfig("w0")
+	cfg.Partitions = 2
+	cfg.FeedPollInterval = time.Hour // no probe loop would wake anyone
+	w := newEnv(t, mem, cfg)
+	cfg.Shard = ""
+	rd := newEnv(t, mem, cfg)
+	first, err := rd.tb.Feed(ctx, FeedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *FeedPage, 1)
+	go func() {
+		page, err := rd.tb.Feed(ctx, FeedOptions{Cursor: &first.Next, Wait: time.Hour})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- page
+	}()
+	for rd.db.stats.FeedWaiting.Load() != 1 {
+		time.Sleep(time.Millisecond) // until the read waits
+	}
+	// The relay: the reader's process asks the owner, which answers at its
+	// commit; the reader's process then probes, and its reader wakes.
+	watched := rd.tb.FeedWatch()
+	if len(watched) != 2 {
+		t.Fatalf("watched %v", watched)
+	}
+	answer := make(chan map[int]uint64, 1)
+	go func() {
+		known, err := w.tb.AwaitFeed(ctx, watched, time.Hour)
+		if err != nil {
+			t.Error(err)
+		}
+		answer <- known
+	}()
+	w.put("pushed", 10)
+	known := <-answer
+	p := PartitionOf("pushed", 2)
+	if known[p] != watched[p]+1 {
+		t.Fatalf("the owner answered %v, watched %v", known, watched)
+	}
+	if err := rd.tb.ProbeFeed(ctx, []int{p}); err != nil {
+		t.Fatal(err)
+	}
+	page := <-got
+	if len(page.Rows) != 1 || page.Rows[0].Record.ID != "pushed" {
+		t.Fatalf("the long poll answered %+v", page.Rows)
 	}
 }

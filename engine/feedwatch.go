@@ -7,6 +7,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -216,4 +217,76 @@ func (t *Table) PartitionsAcked(ctx context.Context, parts []int) (acked map[int
 		acked[p], latest[p] = h.Rows, h.modified
 	}
 	return acked, latest, nil
+}
+
+// FeedWatch reports the partitions this process's feed readers wait on
+// now, each with the rows acknowledged as of the newest head the process
+// knows. A service relays it to the partitions' owners (AwaitFeed there),
+// which learn of their commits at once, and probes when they answer
+// (ProbeFeed): the readers then wake without waiting for the next probe.
+func (t *Table) FeedWatch() map[int]uint64 {
+	w := t.watch()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[int]uint64, len(w.waiting))
+	for p := range w.waiting {
+		out[p] = w.heads[p].h.Rows
+	}
+	return out
+}
+
+// AwaitFeed waits until one of the partitions of after is known to have
+// acknowledged more rows than after says, or wait passes, and reports the
+// rows known then per partition. A partition's owner knows of its own
+// commits the moment they are acknowledged; a partition this process knows
+// nothing of yet is probed once.
+func (t *Table) AwaitFeed(ctx context.Context, after map[int]uint64, wait time.Duration) (map[int]uint64, error) {
+	if t.partitions == 0 {
+		return nil, ErrNoFeed
+	}
+	parts := make([]int, 0, len(after))
+	for p := range after {
+		if p < 0 || p >= t.partitions {
+			return nil, fmt.Errorf("%w: partition %d out of range", ErrInvalid, p)
+		}
+		parts = append(parts, p)
+	}
+	w := t.watch()
+	var unknown []int
+	w.mu.Lock()
+	for _, p := range parts {
+		if _, ok := w.heads[p]; !ok {
+			unknown = append(unknown, p)
+		}
+	}
+	w.mu.Unlock()
+	if _, err := t.probeHeads(ctx, unknown); err != nil {
+		return nil, t.noteGone(err)
+	}
+	deadline := t.db.rt.After(wait)
+	defer sched.Stop(deadline)
+	for {
+		w.mu.Lock()
+		changed := w.changed
+		known := make(map[int]uint64, len(parts))
+		moved := false
+		for _, p := range parts {
+			known[p] = w.heads[p].h.Rows
+			moved = moved || known[p] > after[p]
+		}
+		w.mu.Unlock()
+		if moved || deadline.Fired() {
+			return known, nil
+		}
+		if _, err := t.db.rt.Wait(ctx, changed, deadline); err != nil {
+			return known, err
+		}
+	}
+}
+
+// ProbeFeed probes the heads of parts now, waking the readers waiting on
+// them if they moved.
+func (t *Table) ProbeFeed(ctx context.Context, parts []int) error {
+	_, err := t.probeHeads(ctx, parts)
+	return t.noteGone(err)
 }

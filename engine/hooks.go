@@ -95,6 +95,12 @@ const (
 	// hookListSnapshot fires after each attempt at a list page chose its
 	// snapshot, before it reads any row.
 	hookListSnapshot = "list:snapshot"
+
+	// Consumer groups.
+
+	// hookGroupCAS fires before every attempt at a compare-and-swap of a
+	// consumer group's object, after the read it is based on.
+	hookGroupCAS = "group:cas"
 )
 
 // point is a named step: tests pause or fail there, and the simulator may

@@ -166,6 +166,13 @@ type simWorld struct {
 	// pForward is the chance that a forwarded append's request, or its
 	// answer, is lost on the way.
 	pForward float64
+	// feedRetention is the processes' FeedRetention: 0 (merged
+	// generations reclaimed at once, cursors expire) or an hour (longer
+	// than a run: no cursor may expire).
+	feedRetention time.Duration
+	consumers     []*simConsumer
+	members       []*simMember
+	committed     map[string]simCommit // partition/offset → the row of a committed batch
 	// departed are writer names whose process closed or crashed and was
 	// not replaced: a join may bring one back (the same identity).
 	departed   []string
@@ -321,6 +328,10 @@ func runSim(seed uint64, opts simOptions) (res simResult) {
 	// partitions (tables created before them must keep working).
 	w.partitions = []int{-1, -1, 1, 2, 4, 4, 16, 16, 16, 16}[w.rng.IntN(10)]
 	w.pForward = []float64{0, 0.01, 0.05, 0.15}[w.rng.IntN(4)]
+	w.feedRetention = []time.Duration{0, time.Hour}[w.rng.IntN(2)]
+	w.consumers = []*simConsumer{{}, {}}
+	w.members = []*simMember{{name: "c0"}, {name: "c1"}, {name: "c2"}}
+	w.committed = map[string]simCommit{}
 	s.Jitter = []float64{0, 0.001, 0.01}[w.rng.IntN(3)]
 	s.MaxJitter = 20 * time.Second
 	ops := opts.ops
@@ -375,6 +386,9 @@ func (w *simWorld) config(p *sched.Proc, shard string) Config {
 		PayloadCacheMaxItem: 16 << 10,
 		LeaseDuration:       15 * time.Second,
 		BaseProbeInterval:   time.Second,
+		FeedRetention:       w.feedRetention,
+		FeedPollInterval:    100 * time.Millisecond,
+		GroupSessionTimeout: 10 * time.Second,
 		Runtime:             p,
 	}
 }
@@ -451,8 +465,12 @@ func (w *simWorld) drive(ops int) {
 			w.start(w.pick(w.live(true, true)), "batch", w.opBatch)
 		case r < 38:
 			w.start(w.pick(w.live(true, true)), "retry", w.opRetry)
-		case r < 52:
+		case r < 46:
 			w.start(w.pick(w.live(false, true)), "get", w.opGet)
+		case r < 49:
+			w.start(w.pick(w.live(false, true)), "feed", w.opFeed)
+		case r < 52:
+			w.start(w.pick(w.live(false, true)), "group", w.opGroup)
 		case r < 60:
 			w.start(w.pick(w.live(false, true)), "payload", w.opPayload)
 		case r < 63:
@@ -1567,7 +1585,10 @@ func (w *simWorld) final(ctx context.Context) {
 			break
 		}
 	}
+	w.finalFeed(ctx, fresh, "final feed")
+	w.finalGroup(ctx, fresh)
 	w.finalRead(ctx, w.newProc("final2", ""), "after merging everything")
+	w.finalFeed(ctx, w.newProc("final4", ""), "final feed after merging everything")
 	if _, err := tb.Sweep(ctx, 0); err != nil {
 		w.problem("final sweep: %v", err)
 	}

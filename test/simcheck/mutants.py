@@ -38,8 +38,8 @@ MUTANTS = [
     ("05-unbounded-reopen", "a payload body failing midway is reopened without bound",
      "engine/read.go", "\tif p.attempts >= maxRetries {\n", "\tif p.attempts -= 1; false {\n"),
     ("06-seal-drops-a-segment", "a seal excludes a segment readers were already shown",
-     "engine/writer.go", "\t\ths, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen, Segs: h.Segs, Sealed: true, Owner: w.id})\n",
-     "\t\ths, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen, Segs: max(h.Segs, 1) - 1, Sealed: true, Owner: w.id})\n"),
+     "engine/writer.go", "\t\ths, err := casHead(ctx, t.db, t.keys, w.shard, h, h.sealedBy(w.id))\n",
+     "\t\ths, err := casHead(ctx, t.db, t.keys, w.shard, h, head{Gen: h.Gen, Segs: max(h.Segs, 1) - 1, Sealed: true, Owner: w.id, Rows: h.Rows, GenStart: h.GenStart})\n"),
     ("07-shared-key-space", "a re-created table shares keys with the dropped one (a paused merge commits into it)",
      "engine/keyspace/keyspace.go", "\treturn Inc{table: t.name, inc: inc, root: t.name + \"/\" + inc + \"/\"}, nil\n",
      "\treturn Inc{table: t.name, inc: inc, root: t.name + \"/i0000000000000000000000/\"}, nil\n"),
@@ -66,6 +66,12 @@ MUTANTS = [
     ("16-read-retry-keeps-first-record", "a payload body resumed after its file vanished reads the row's new file at the first attempt's span",
      "engine/read.go", "\t\tp.from(loc)\n\t\trc, err := t.openSpan(ctx, p.span, p.Offset+p.read, p.Length-p.read)\n",
      "\t\tp.span.key = spanOf(loc).key // the first attempt's offset, in the new file\n\t\trc, err := t.openSpan(ctx, p.span, p.Offset+p.read, p.Length-p.read)\n"),
+    ("17-feed-skips-rest-of-generation", "a feed reader that stood inside a generation when it was sealed (a hand-over to a new owner, or a rotation) moves on to the next one: the segments committed since its last read are skipped",
+     "engine/feed.go", "\t\tif pos.Gen == h.Gen {\n\t\t\tn, first = h.Segs, h.GenStart\n\t\t} else {\n",
+     "\t\tif pos.Gen == h.Gen {\n\t\t\tn, first = h.Segs, h.GenStart\n\t\t} else if pos.Seg > 1 {\n\t\t\tn = 0 // sealed since: on to the next generation\n\t\t} else {\n"),
+    ("18-group-commit-unfenced", "a consumer-group member's commit is accepted after its partitions were handed over to another member: both commit the same rows",
+     "engine/consumers.go", "\tif c.Group != group || c.Epoch != g.Epoch {\n",
+     "\treturn nil // any member's cursor is taken\n\tif c.Group != group || c.Epoch != g.Epoch {\n"),
 ]
 
 
