@@ -330,3 +330,42 @@ func TestClientConsumer(t *testing.T) {
 		t.Fatal("a consumer with partitions of its own was accepted")
 	}
 }
+
+func TestNamedConsumerWorkerResumesAtItsCommits(t *testing.T) {
+	e := newEnv(t)
+	e.createTableWith("t", 2)
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, fmt.Sprintf("w-%02d", i))
+		e.mustPut("t", ids[i], []byte("x"))
+	}
+	// A worker of partition 0 reads two pages; the second request commits
+	// the first page's cursor.
+	first, _ := e.feedPage("t", "group", "trainer", "partitions", "0", "max_rows", "2")
+	second, _ := e.feedPage("t", "group", "trainer", "partitions", "0", "max_rows", "2", "cursor", first.Cursor)
+	if len(first.Rows) != 2 || len(second.Rows) == 0 {
+		t.Fatalf("pages of %d and %d rows", len(first.Rows), len(second.Rows))
+	}
+	// Restarted without its cursor, it resumes after the committed page:
+	// the second page comes again, the first does not.
+	again, _ := e.feedPage("t", "group", "trainer", "partitions", "0", "max_rows", "2")
+	if len(again.Rows) == 0 || again.Rows[0].Record.ID != second.Rows[0].Record.ID || again.Rows[0].Offset != 2 {
+		t.Fatalf("after a restart: %+v, want the page after the committed one (%s at offset 2)", again.Rows, second.Rows[0].Record.ID)
+	}
+	// commit=false reads without committing; partition 1, never
+	// committed, starts at its oldest row.
+	rest, _ := e.feedPage("t", "group", "trainer", "partitions", "0,1", "max_rows", "100", "commit", "false", "cursor", again.Cursor)
+	g, err := e.client.ConsumerGroupOf(context.Background(), "t", "trainer")
+	if err != nil || g.Committed[0].Offset != 2 || len(g.Committed) != 1 {
+		t.Fatalf("commit=false moved the positions: %+v %v", g, err)
+	}
+	seen := map[string]bool{}
+	for _, r := range append(append(first.Rows, again.Rows...), rest.Rows...) {
+		seen[r.Record.ID] = true
+	}
+	if len(seen) != len(ids) {
+		t.Fatalf("read %d of %d rows across the restart", len(seen), len(ids))
+	}
+	// A member without its group is refused.
+	want(t, e.do("GET", feedPath("t", "member", "m0"), nil), http.StatusBadRequest, codeInvalidArgument)
+}
