@@ -228,12 +228,26 @@ func (s *pside) newCluster(ctx context.Context, table string, writers, partition
 // settle waits until every writer names the same owner for every
 // partition, and that owner is one of the writers.
 func (c *pcluster) settle(ctx context.Context, partitions int) error {
+	tbs := make(map[string]*engine.Table, len(c.ws))
+	for _, w := range c.ws {
+		tbs[w.name] = w.tb
+	}
+	return settleOwners(ctx, c.table, tbs, partitions)
+}
+
+// settleOwners waits until every writer's handle of table (tbs, by writer
+// name; each Owners call joins its writer to the members) names the same
+// owner for every one of the table's partitions, one of the writers.
+// Rows written before would be written by writers whose partitions then
+// move to writers that join later, and the first owners, fenced, fail
+// their next flush.
+func settleOwners(ctx context.Context, table string, tbs map[string]*engine.Table, partitions int) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		agree := true
 		var want []engine.Owner
-		for _, w := range c.ws {
-			owners, err := w.tb.Owners(ctx)
+		for _, tb := range tbs {
+			owners, err := tb.Owners(ctx)
 			if err != nil {
 				return err
 			}
@@ -241,7 +255,7 @@ func (c *pcluster) settle(ctx context.Context, partitions int) error {
 				want = owners
 			}
 			for i, o := range owners {
-				if c.byName[o.Writer] == nil || o.Writer != want[i].Writer {
+				if tbs[o.Writer] == nil || o.Writer != want[i].Writer {
 					agree = false
 				}
 			}
@@ -253,7 +267,7 @@ func (c *pcluster) settle(ctx context.Context, partitions int) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: the writers' views of the owners did not agree within 30s", c.table)
+			return fmt.Errorf("%s: the writers' views of the owners did not agree within 30s", table)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
