@@ -228,26 +228,36 @@ func (s *pside) newCluster(ctx context.Context, table string, writers, partition
 // settle waits until every writer names the same owner for every
 // partition, and that owner is one of the writers.
 func (c *pcluster) settle(ctx context.Context, partitions int) error {
-	tbs := make(map[string]*engine.Table, len(c.ws))
-	for _, w := range c.ws {
-		tbs[w.name] = w.tb
+	ws := make([]namedTable, len(c.ws))
+	for i, w := range c.ws {
+		ws[i] = namedTable{w.name, w.tb}
 	}
-	return settleOwners(ctx, c.table, tbs, partitions)
+	return settleOwners(ctx, c.table, ws, partitions)
 }
 
-// settleOwners waits until every writer's handle of table (tbs, by writer
-// name; each Owners call joins its writer to the members) names the same
-// owner for every one of the table's partitions, one of the writers.
+// namedTable is a writer's handle of a table.
+type namedTable struct {
+	writer string
+	tb     *engine.Table
+}
+
+// settleOwners waits until every writer's handle of table (each Owners
+// call joins its writer to the members, in the order given) names the
+// same owner for every one of the table's partitions, one of the writers.
 // Rows written before would be written by writers whose partitions then
 // move to writers that join later, and the first owners, fenced, fail
 // their next flush.
-func settleOwners(ctx context.Context, table string, tbs map[string]*engine.Table, partitions int) error {
+func settleOwners(ctx context.Context, table string, ws []namedTable, partitions int) error {
+	byName := map[string]bool{}
+	for _, w := range ws {
+		byName[w.writer] = true
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		agree := true
 		var want []engine.Owner
-		for _, tb := range tbs {
-			owners, err := tb.Owners(ctx)
+		for _, w := range ws {
+			owners, err := w.tb.Owners(ctx)
 			if err != nil {
 				return err
 			}
@@ -255,7 +265,7 @@ func settleOwners(ctx context.Context, table string, tbs map[string]*engine.Tabl
 				want = owners
 			}
 			for i, o := range owners {
-				if tbs[o.Writer] == nil || o.Writer != want[i].Writer {
+				if !byName[o.Writer] || o.Writer != want[i].Writer {
 					agree = false
 				}
 			}

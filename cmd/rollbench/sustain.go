@@ -118,15 +118,17 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 	// The writers of a partitioned table agree on the owners before they
 	// write (see settleOwners).
 	if n := t.tb.Partitions(); n > 0 {
-		tbs := map[string]*engine.Table{}
+		var tbs []namedTable
 		for _, w := range ws {
 			db := r.e.writer(w.name)
 			if db == nil {
 				return nil, fmt.Errorf("writer %s has no engine in this process", w.name)
 			}
-			if tbs[w.name], err = db.Table(ctx, table); err != nil {
+			tb, err := db.Table(ctx, table)
+			if err != nil {
 				return nil, err
 			}
+			tbs = append(tbs, namedTable{w.name, tb})
 		}
 		if err := settleOwners(ctx, table, tbs, n); err != nil {
 			return nil, err
