@@ -486,6 +486,17 @@ func (s *pside) measureCell(ctx context.Context, table string, writers, partitio
 		}
 	}
 	cell.dur = time.Since(start)
+	// The cell is of lookups with writers active: on a machine slow
+	// enough that the sampling ended before any trickled append was
+	// acknowledged, the writers go on until one is (bounded).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		st.mu.Lock()
+		done := st.acked > 0 || st.errs > 0
+		st.mu.Unlock()
+		if done {
+			break
+		}
+	}
 	stop()
 	cell.w = st
 	cell.writerOps = snap{ops: c.writerOps()}.sub(snap{ops: before}).ops
