@@ -21,7 +21,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := github.com/rollstore/rollstore/internal/version
 LDFLAGS  := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 
-.PHONY: all build run test unit lint sim soak sim-mutants bench bench-latency bench-partitions fixture azurite-install clean
+.PHONY: all build run test unit lint sim soak sim-mutants bench bench-latency bench-partitions bench-feed fixture azurite-install clean
 
 all: build
 
@@ -118,6 +118,16 @@ bench-latency:
 # BENCH_FLAGS=-quick is a smoke run that only prints.
 bench-partitions:
 	$(AZURITE) run -- $(GO) run ./cmd/rollbench -phases partitions $(BENCH_FLAGS)
+
+# The feed phase alone (part of `make bench`): freshness of a long-polling
+# consumer in the owner's process and in another (two poll intervals)
+# against a raw PUT + GET, whole-table reads with and without payloads
+# against raw GETs and Table.Scan, before and after the WAL is merged, and
+# the store calls of 1 … 100 consumers long-polling an idle table.
+# Rewrites the "Feed" section of BENCHMARKS.md (≈ 5 min);
+# BENCH_FLAGS=-quick is a smoke run that only prints.
+bench-feed:
+	$(AZURITE) run -- $(GO) run ./cmd/rollbench -phases feed $(BENCH_FLAGS)
 
 # The staging fixture (rollstore fixture) against a fresh Azurite, as an
 # operator runs it against a storage account, sized for Azurite on a small
