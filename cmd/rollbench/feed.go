@@ -55,6 +55,7 @@ type feedOptions struct {
 	rows       int
 	genRows    int
 	conc       int
+	rounds     int
 	consumers  intList
 	idleWait   time.Duration
 	idleWindow time.Duration
@@ -78,6 +79,7 @@ func (f *feedOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.rows, "feed-rows", 2000, "feed phase: rows of the throughput table (and raw blobs)")
 	fs.IntVar(&f.genRows, "feed-gen-rows", 250, "feed phase: the writer flushes (seals a generation per partition) after every this many rows of the throughput table")
 	fs.IntVar(&f.conc, "feed-concurrency", 16, "feed phase: concurrent appends of the throughput table, and concurrent raw GETs (the feed's fetch concurrency)")
+	fs.IntVar(&f.rounds, "feed-rounds", 3, "feed phase: rounds of whole-table reads before and after the merge (the median round's rows/s counts)")
 	f.consumers = intList{1, 10, 100}
 	fs.Var(&f.consumers, "feed-consumers", "feed phase: numbers of consumers long-polling an idle table")
 	fs.DurationVar(&f.idleWait, "feed-idle-wait", 10*time.Second, "feed phase: the idle consumers' long-poll Wait")
@@ -98,7 +100,7 @@ func (f *feedOptions) validate() error {
 	switch {
 	case f.partitions < 1 || f.partitions > engine.MaxPartitions:
 		return fmt.Errorf("-feed-partitions: want 1 to %d", engine.MaxPartitions)
-	case f.size < 1 || f.samples < 2 || f.rows < 1 || f.genRows < 1 || f.conc < 1:
+	case f.size < 1 || f.samples < 2 || f.rows < 1 || f.genRows < 1 || f.conc < 1 || f.rounds < 1:
 		return errors.New("the -feed-* sizes and counts must be positive (-feed-samples at least 2)")
 	case f.spacing <= 0 || f.fastPoll <= 0 || f.idleWait <= 0 || f.idleWindow <= 0:
 		return errors.New("the -feed-* durations must be positive")
@@ -492,12 +494,18 @@ type thrRead struct {
 	pages       int
 	uncarried   int // rows a page delivered without their payload (then fetched by id)
 	ops         map[string]int64
-	storeBytes  int64 // response bytes the reader's store calls read (Azurite only)
+	storeBytes  int64     // response bytes the reader's store calls read (Azurite only)
+	rates       []float64 // each round's rows/s
 }
 
+// rowsPerSec is the median of the rounds' rows/s: Azurite pauses now and
+// then for a second or more, and one pause should not decide a ratio.
 func (t *thrRead) rowsPerSec() float64 {
-	if t == nil || t.dur <= 0 {
+	switch {
+	case t == nil || t.dur <= 0:
 		return 0
+	case len(t.rates) > 0:
+		return median(t.rates)
 	}
 	return float64(t.rows) / t.dur.Seconds()
 }
@@ -522,6 +530,7 @@ func (s *thrSet) add(kind string, r *thrRead) {
 	t.pages += r.pages
 	t.uncarried += r.uncarried
 	t.storeBytes += r.storeBytes
+	t.rates = append(t.rates, r.rowsPerSec())
 	for k, v := range r.ops {
 		t.ops[k] += v
 	}
@@ -696,13 +705,18 @@ func (fr *feedRun) rawGetAll(ctx context.Context) (*thrRead, error) {
 	return res, nil
 }
 
-// readRounds reads the table every way, in two rounds in opposite orders
-// so a drift of the machine's load falls on all kinds alike.
+// readRounds reads the table every way, in rounds in alternating orders
+// so a drift of the machine's load falls on all kinds alike, after an
+// untimed pass of raw GETs (the first reads after heavy writes or a merge
+// meet Azurite's own pauses).
 func (fr *feedRun) readRounds(ctx context.Context, when string) (*thrSet, error) {
 	set := &thrSet{when: when, reads: map[string]*thrRead{}}
 	written := fr.thrLog.all()
+	if _, err := fr.rawGetAll(ctx); err != nil {
+		return set, err
+	}
 	order := slices.Clone(thrKinds)
-	for round := range 2 {
+	for round := range fr.o.rounds {
 		for _, k := range order {
 			what := fmt.Sprintf("%s %s, round %d", when, k, round+1)
 			var r *thrRead
