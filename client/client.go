@@ -4,7 +4,8 @@
 // It covers every route: tables (create, list, status, drop, versions,
 // merge), rollouts (put one with a streamed payload, put a batch, get,
 // list with paging, read a payload whole or by byte range, streamed, or
-// only its headers with StatPayload), the Arrow scan, and the health,
+// only its headers with StatPayload), the Arrow scan, the change feed
+// (FeedReader) and its consumer groups (Consumer), and the health,
 // readiness and metrics endpoints.
 //
 //	c, err := client.New("http://127.0.0.1:8080", client.WithToken(token))

@@ -32,6 +32,19 @@ var (
 	ErrInvalid = errors.New("rollstore: invalid request")
 	// ErrNotModified: 304, IfNoneMatch matched the payload's ETag.
 	ErrNotModified = errors.New("rollstore: not modified")
+	// ErrCursorExpired: 410 cursor_expired, a feed cursor older than the
+	// feed's retention (see CursorExpiredError); it is an ErrGone too.
+	ErrCursorExpired = errors.New("rollstore: feed cursor expired")
+	// ErrRebalanced: 409 rebalanced, a consumer-group member's commit of
+	// an assignment that is no longer current; it is an ErrConflict too.
+	ErrRebalanced = errors.New("rollstore: consumer group rebalanced")
+)
+
+// Codes of the answers the client turns into sentinels or types of their
+// own.
+const (
+	codeCursorExpired = "cursor_expired"
+	codeRebalanced    = "rebalanced"
 )
 
 // APIError is an answer other than the one asked for.
@@ -47,6 +60,8 @@ type APIError struct {
 	Line, Row int
 	// Method and URL of the request, for the message.
 	Method, URL string
+	// oldestCursor: the oldest_cursor of a cursor_expired answer.
+	oldestCursor string
 }
 
 func (e *APIError) Error() string {
@@ -81,6 +96,10 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusBadRequest
 	case ErrNotModified:
 		return e.Status == http.StatusNotModified
+	case ErrCursorExpired:
+		return e.Code == codeCursorExpired
+	case ErrRebalanced:
+		return e.Code == codeRebalanced
 	}
 	return false
 }
@@ -109,10 +128,11 @@ func readError(req *http.Request, resp *http.Response) *APIError {
 			RequestID string `json:"request_id"`
 			Line      *int   `json:"line"`
 			Row       *int   `json:"row"`
+			Oldest    string `json:"oldest_cursor"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &env) == nil && env.Error.Code != "" {
-		e.Code, e.Message = env.Error.Code, env.Error.Message
+		e.Code, e.Message, e.oldestCursor = env.Error.Code, env.Error.Message, env.Error.Oldest
 		if env.Error.RequestID != "" {
 			e.RequestID = env.Error.RequestID
 		}

@@ -217,6 +217,9 @@ type TableStatus struct {
 	// refused (503 overloaded) until a merge: too many generations wait
 	// for one. Reads are never refused for it.
 	Backpressure string `json:"backpressure,omitempty"`
+	// Consumers are the table's consumer groups (none for a table
+	// without partitions, which has no feed).
+	Consumers []ConsumerGroup `json:"consumers,omitempty"`
 }
 
 // Owner is the writer owning a partition; Writer is empty when no writer

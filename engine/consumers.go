@@ -580,3 +580,24 @@ func (t *Table) groupStatus(g *groupDoc, acked map[int]uint64, latest map[int]ti
 	}
 	return st
 }
+
+// CommittedPositions returns a group's (or named consumer's) committed
+// position per partition: none for a group that does not exist.
+func (t *Table) CommittedPositions(ctx context.Context, group string) (map[int]Position, error) {
+	if err := t.checkFeedTable(); err != nil {
+		return nil, err
+	}
+	key, err := t.keys.Consumer(group)
+	if err != nil {
+		return nil, err
+	}
+	g, err := t.readGroup(ctx, key)
+	if err != nil || g == nil {
+		return map[int]Position{}, t.noteGone(err)
+	}
+	out := make(map[int]Position, len(g.Committed))
+	for p, pos := range g.Committed {
+		out[p] = pos.position()
+	}
+	return out, nil
+}

@@ -17,7 +17,7 @@
 // Bodies are never consumed or held up: a request body is checked only if
 // it is already in memory (http.Request.GetBody), payload and Arrow bodies
 // (format: binary) are not read at all, and only JSON response bodies are
-// buffered, so streaming tests still stream.
+// buffered (and NDJSON ones), so streaming tests still stream.
 package openapitest
 
 import (
@@ -308,7 +308,9 @@ func (v *Validator) checkResponse(resp *http.Response, route *routers.Route, in 
 	}
 	ct := resp.Header.Get("Content-Type")
 	mt, _, _ := mime.ParseMediaType(ct)
-	isJSON := mt == "application/json" || strings.HasSuffix(mt, "+json")
+	// NDJSON answers (the feed's) are checked line by line, like NDJSON
+	// request bodies.
+	isJSON := mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == mediaNDJSON
 	if len(ref.Value.Content) > 0 && resp.StatusCode != http.StatusNotModified && resp.Request.Method != http.MethodHead &&
 		ref.Value.Content.Get(ct) == nil {
 		errs = append(errs, fmt.Errorf("response Content-Type %q is not one the file lists for %d", ct, resp.StatusCode))

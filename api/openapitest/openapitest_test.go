@@ -149,6 +149,26 @@ func TestValidatorCatchesDrift(t *testing.T) {
 			func(w http.ResponseWriter, r *http.Request) {
 				jsonAnswer(w, 201, `{"created":2,"existing":0,"records":[]}`)
 			}, "line 2"},
+		{"feed NDJSON row off its schema", "GET", "/v1/tables/t/feed", map[string]string{"Accept": "application/x-ndjson"}, "",
+			func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				w.Header().Set("X-Request-Id", "x")
+				w.Header().Set("Rollstore-Cursor", "c")
+				w.Header().Set("Rollstore-Rows", "1")
+				w.Header().Set("Rollstore-Lag-Rows", "0")
+				io.WriteString(w, `{"id":"a","partition":0,"offset":"zero","acked_at":"2026-01-02T03:04:05Z","payload_url":"/p"}`+"\n"+
+					`{"cursor":"c","lag_rows":0,"partitions":[0]}`+"\n")
+			}, "line 1"},
+		{"feed NDJSON conforming", "GET", "/v1/tables/t/feed", map[string]string{"Accept": "application/x-ndjson"}, "",
+			func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				w.Header().Set("X-Request-Id", "x")
+				w.Header().Set("Rollstore-Cursor", "c")
+				w.Header().Set("Rollstore-Rows", "1")
+				w.Header().Set("Rollstore-Lag-Rows", "0")
+				io.WriteString(w, `{"id":"a","partition":0,"offset":0,"acked_at":"2026-01-02T03:04:05Z","payload_url":"/p"}`+"\n"+
+					`{"cursor":"c","lag_rows":0,"partitions":[0]}`+"\n")
+			}, ""},
 		{"no operation, answered 200", "GET", "/v2/whatever", nil, "",
 			func(w http.ResponseWriter, r *http.Request) { jsonAnswer(w, 200, `{}`) }, "no operation"},
 		{"no operation, error not JSON", "GET", "/v2/whatever", nil, "",

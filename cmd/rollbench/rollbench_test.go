@@ -342,7 +342,10 @@ func TestLatencyScaling(t *testing.T) {
 				if segs := row.trickleOps["PutIfAbsent segment"]; segs < 1 {
 					t.Errorf("%s: %d segment puts for %d trickled appends", what, segs, row.trickled)
 				}
-			} else if segs := row.buildOps["PutIfAbsent segment"]; row.built > 0 && (segs < 1 || segs > int64(row.built)) {
+			} else if segs := row.buildOps["PutIfAbsent segment"]; row.built > 0 && (segs < 1 || segs > int64(row.built+row.shards)) {
+				// One more per writer at most: the stop of the previous
+				// row's trickle cancels an append whose group commit (the
+				// writer's, not the append's) may still land in this window.
 				t.Errorf("%s: %d segment puts for %d appended rows", what, segs, row.built)
 			}
 		}

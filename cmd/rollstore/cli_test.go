@@ -419,7 +419,7 @@ func TestServeHelpGroups(t *testing.T) {
 			t.Errorf("help line %q: want --name", line)
 		}
 	}
-	sections := []string{groupServer, groupStore, groupAzure, groupLimits, groupMerge, groupAuth}
+	sections := []string{groupServer, groupStore, groupAzure, groupLimits, groupMerge, groupFeed, groupAuth}
 	at := -1
 	for _, s := range sections {
 		i := strings.Index(help, "\n"+s+":\n")
@@ -458,7 +458,7 @@ func TestServeHelpGroups(t *testing.T) {
 	})
 	for name, want := range map[string]string{"listen": groupServer, "metrics-listen": groupServer, "store": groupStore,
 		"azure-account": groupAzure, "max-body": groupLimits, "cache": groupLimits, "merge-interval": groupMerge,
-		"retain-age": groupMerge, "auth-token-file": groupAuth} {
+		"retain-age": groupMerge, "feed-retention": groupFeed, "feed-max-waiting": groupFeed, "auth-token-file": groupAuth} {
 		if got := groups.section(name); got != want {
 			t.Errorf("-%s in %q, want %q", name, got, want)
 		}

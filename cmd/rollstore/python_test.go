@@ -37,7 +37,11 @@ const (
 // machine's python3 against a real `rollstore serve`: the binary is built,
 // serves a temporary folder on a free loopback port with a bearer token,
 // and every request of the Python tests passes through a proxy that checks
-// it, and its answer, against api/openapi.yaml.
+// it, and its answer, against api/openapi.yaml. The tests that need torch
+// (python/tests/test_training.py: FeedDataset in a torch DataLoader) skip
+// under a python3 without it; they then run again with the python3 that
+// test/python/install-torch.sh finds or installs (Debian's python3-torch),
+// and only where that cannot be had are they left out, the reason logged.
 func TestPythonClient(t *testing.T) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -46,6 +50,8 @@ func TestPythonClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the Python client's tests build and run the binary")
 	}
+	// Before the server starts: the first install downloads for a minute or more.
+	torchPython, noTorch := installTorch(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rollstore")
 	build := exec.Command(goTool(t), "build", "-o", bin, ".")
@@ -99,9 +105,7 @@ func TestPythonClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, python, "-W", "always", "-m", "unittest", "discover", "-s", "tests", "-v")
-	cmd.Dir = pyDir
-	cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"ROLLSTORE_TEST_URL="+proxy.URL,
 		"ROLLSTORE_TEST_DIRECT_URL="+srv.url,
 		"ROLLSTORE_TEST_TOKEN="+token,
@@ -111,24 +115,53 @@ func TestPythonClient(t *testing.T) {
 		"PYTHONDONTWRITEBYTECODE=1", // leave no __pycache__ in the tree
 		"PYTHONUNBUFFERED=1",
 	)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python3 -m unittest: %v\n%s\nserver log:\n%s", err, out, srv.log())
+	runUnittest := func(python string, args ...string) (string, int, []string) {
+		cmd := exec.CommandContext(ctx, python, append([]string{"-W", "always", "-m", "unittest"}, args...)...)
+		cmd.Dir, cmd.Env = pyDir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s -m unittest: %v\n%s\nserver log:\n%s", python, err, out, srv.log())
+		}
+		ran, skips := unittestSummary(string(out))
+		t.Logf("%s -m unittest: %d tests, skipped: %q", python, ran, skips)
+		return string(out), ran, skips
 	}
-	ran, skips := unittestSummary(string(out))
-	t.Logf("python3 -m unittest: %d tests, skipped: %q", ran, skips)
+	out, ran, skips := runUnittest(python, "discover", "-s", "tests", "-v")
 	if ran < 15 {
 		t.Fatalf("only %d Python tests ran:\n%s", ran, out)
 	}
+	var arrowSkips, torchSkips int
 	for _, s := range skips {
-		// Only the pyarrow-dependent test of the two may skip: everything
+		// Only the tests that need pyarrow or torch may skip: everything
 		// else must run against the server.
-		if !strings.Contains(s, "pyarrow") {
+		switch {
+		case strings.Contains(s, "pyarrow"):
+			arrowSkips++
+		case strings.Contains(s, "torch is not installed"):
+			torchSkips++
+		default:
 			t.Errorf("a Python test was skipped: %s\n%s", s, out)
 		}
 	}
-	if len(skips) > 1 {
-		t.Errorf("%d Python tests skipped, at most 1 may (pyarrow present or not)", len(skips))
+	if arrowSkips > pythonArrowTests {
+		t.Errorf("%d Python tests skipped for want of pyarrow, only %d need it", arrowSkips, pythonArrowTests)
+	}
+	if torchSkips > 0 {
+		// The python3 on PATH has no torch: the training tests run again
+		// with the one that has (Debian's, which install-torch.sh installs).
+		if torchPython == "" {
+			t.Logf("the PyTorch tests were skipped (%d): no python3 with torch: %s", torchSkips, noTorch)
+		} else {
+			out, ran, skips := runUnittest(torchPython, "discover", "-s", "tests", "-p", "test_training.py", "-v")
+			if ran == 0 {
+				t.Errorf("%s ran no training test:\n%s", torchPython, out)
+			}
+			for _, s := range skips {
+				if strings.Contains(s, "torch") {
+					t.Errorf("a PyTorch test was skipped by %s, which imports torch: %s\n%s", torchPython, s, out)
+				}
+			}
+		}
 	}
 	mu.Lock()
 	for _, d := range drift {
@@ -139,6 +172,32 @@ func TestPythonClient(t *testing.T) {
 	if err := srv.stop(); err != nil {
 		t.Fatalf("rollstore serve did not drain cleanly: %v\n%s", err, srv.log())
 	}
+}
+
+// pythonArrowTests is how many Python tests need pyarrow (and skip
+// without it).
+const pythonArrowTests = 2
+
+// installTorch runs test/python/install-torch.sh (which installs Debian's
+// python3-torch if no python3 imports torch) and returns the python3 that
+// imports torch, or "" and why there is none.
+func installTorch(t *testing.T) (python, why string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	script, err := filepath.Abs("../../test/python/install-torch.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, script)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Sprintf("%s could not install one (%v): %s", script, err, strings.TrimSpace(stderr.String()))
+	}
+	t.Logf("%s: %s", script, strings.TrimSpace(stderr.String()))
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return lines[len(lines)-1], ""
 }
 
 var (

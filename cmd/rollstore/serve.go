@@ -93,6 +93,7 @@ const (
 	groupAzure  = "Azure (--store azure)"
 	groupLimits = "Limits"
 	groupMerge  = "Merge and retention"
+	groupFeed   = "Feed"
 	groupAuth   = "Auth"
 )
 
@@ -281,6 +282,15 @@ func (c *serveConfig) flags(fs *flag.FlagSet) *flagGroups {
 	fs.IntVar(&c.engine.RetainVersions, "retain-versions", c.engine.RetainVersions, "newest base versions kept readable for pinned reads")
 	fs.DurationVar(&c.engine.RetainAge, "retain-age", c.engine.RetainAge, "base versions younger than this are kept readable too")
 
+	g.start(groupFeed)
+	fs.DurationVar(&c.engine.FeedRetention, "feed-retention", c.engine.FeedRetention, "keep every row readable by the feed for at least this long after it was acknowledged (merged generations are kept this long); an older cursor is answered 410 cursor_expired; 0: only until its generation is merged and reclaimed")
+	fs.DurationVar(&c.engine.FeedPollInterval, "feed-poll-interval", c.engine.FeedPollInterval, "how often the heads of the partitions that long-polling feed readers wait on are probed (one probe for all of them)")
+	fs.DurationVar(&c.engine.GroupSessionTimeout, "group-session-timeout", c.engine.GroupSessionTimeout, "a consumer-group member not heard from (by a feed read) for this long is removed from its group, and its partitions go to the others")
+	fs.IntVar(&c.server.FeedMaxRows, "feed-max-rows", c.server.FeedMaxRows, "most rows one feed answer holds (a larger max_rows is lowered to it)")
+	fs.Var(byteSize{&c.server.FeedMaxBytes}, "feed-max-bytes", "largest `size` of one feed answer's rows, carried payloads included (a larger max_bytes is lowered to it)")
+	fs.DurationVar(&c.server.FeedMaxWait, "feed-max-wait", c.server.FeedMaxWait, "longest wait of a feed long-poll (a longer wait is lowered to it)")
+	fs.IntVar(&c.server.FeedMaxWaiting, "feed-max-waiting", c.server.FeedMaxWaiting, "feed long-polls waiting at once; they hold no request slot (--max-concurrent-requests), and one beyond this, or beyond its client's --max-client-share of it, is answered at once")
+
 	g.start(groupAuth)
 	fs.StringVar(&c.authTokenFile, "auth-token-file", c.authTokenFile, "`file` of bearer tokens, one per line; when set every request except /healthz and /readyz needs one (including /metrics on --listen; --metrics-listen needs none); the status page /ui logs a browser in with a form instead")
 	g.settle()
@@ -345,10 +355,16 @@ func (c *serveConfig) validate() error {
 	p.check(s.MaxConcurrentUploads <= s.MaxConcurrentRequests, opt("max-concurrent-uploads"), "%d exceeds %s %d", s.MaxConcurrentUploads, opt("max-concurrent-requests"), s.MaxConcurrentRequests)
 	positive("sweep-every", int64(s.SweepEvery))
 	positive("retain-versions", int64(e.RetainVersions))
+	positive("feed-max-rows", int64(s.FeedMaxRows))
+	positive("feed-max-bytes", s.FeedMaxBytes)
+	positive("feed-max-waiting", int64(s.FeedMaxWaiting))
 	positiveDur := func(name string, d time.Duration) { p.check(d > 0, opt(name), "must be positive, got %v", d) }
 	positiveDur("generation-max-age", e.GenMaxAge)
 	positiveDur("writer-idle-after", e.IdleAfter)
 	positiveDur("drain-timeout", s.DrainTimeout)
+	positiveDur("feed-poll-interval", e.FeedPollInterval)
+	positiveDur("group-session-timeout", e.GroupSessionTimeout)
+	positiveDur("feed-max-wait", s.FeedMaxWait)
 	// A zero orphan grace would sweep the payload of an upload in progress.
 	positiveDur("orphan-grace", e.OrphanGrace)
 	notNegative := func(name string, d time.Duration) { p.check(d >= 0, opt(name), "must not be negative, got %v", d) }
@@ -358,6 +374,7 @@ func (c *serveConfig) validate() error {
 	notNegative("merge-interval", s.MergeInterval)
 	notNegative("reclaim-grace", e.ReclaimGrace)
 	notNegative("retain-age", e.RetainAge)
+	notNegative("feed-retention", e.FeedRetention)
 	notNegative("drain-delay", s.DrainDelay)
 	if s.DrainDelay > 0 && s.DrainTimeout > 0 {
 		// The delay counts inside the drain bound: at or above it every drain times out.

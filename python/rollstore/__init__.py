@@ -1,7 +1,9 @@
 """Python client of rollstore, the store of reinforcement-learning rollouts.
 
 Standard library only; pyarrow, if installed, turns scans into
-pyarrow.Table (Client.scan_table).
+pyarrow.Table (Client.scan_table) and the feed into record batches.
+Client.feed follows a table's change feed; rollstore.training.FeedDataset
+feeds it to a PyTorch DataLoader.
 
     import rollstore
     c = rollstore.Client("http://127.0.0.1:8080")
@@ -13,8 +15,10 @@ __version__ = "0.1.0"
 
 from .client import (MEDIA_ARROW, MEDIA_NDJSON, BatchItem, BatchRecord, BatchResult, Client, Page, Payload,
                      Record, partition_of, path_escape)
-from .errors import (APIError, Conflict, Gone, InvalidArgument, NotFound, NotModified, Overloaded,
-                     RangeNotSatisfiable, RollstoreError, Unauthorized, parse_retry_after)
+from .errors import (APIError, BadCursor, Conflict, CursorExpired, FeedUnsupported, Gone, GroupNotFound,
+                     InvalidArgument, NotFound, NotModified, Overloaded, RangeNotSatisfiable, Rebalanced,
+                     RollstoreError, Unauthorized, parse_retry_after)
+from .feed import Feed, FeedPage
 
 __all__ = [
     "__version__",
@@ -23,4 +27,5 @@ __all__ = [
     "MEDIA_ARROW", "MEDIA_NDJSON",
     "RollstoreError", "APIError", "NotModified", "InvalidArgument", "Unauthorized", "NotFound", "Conflict",
     "Gone", "RangeNotSatisfiable", "Overloaded", "parse_retry_after",
+    "Feed", "FeedPage", "CursorExpired", "BadCursor", "FeedUnsupported", "Rebalanced", "GroupNotFound",
 ]

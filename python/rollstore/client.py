@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from .errors import error_from_response
+from .feed import Feed
 
 MEDIA_NDJSON = "application/x-ndjson"
 MEDIA_ARROW = "application/vnd.apache.arrow.stream"
@@ -196,6 +197,14 @@ def _digest(body, n: Optional[int]) -> Optional[str]:
     return "sha-256=:" + base64.b64encode(h.digest()).decode("ascii") + ":"
 
 
+def _set_timeout(conn, timeout: float) -> None:
+    """Set an http.client connection's socket timeout, also of the socket
+    it already has (a reused keep-alive connection)."""
+    conn.timeout = timeout
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout)
+
+
 class _Stream(io.RawIOBase):
     """A response body read as it arrives.
 
@@ -348,9 +357,12 @@ class Client:
     # Requests.
 
     def _request(self, method: str, path: str, query: Optional[Dict[str, Any]] = None,
-                 headers: Optional[Dict[str, str]] = None, body=None, ok=(200,), stream: bool = False):
+                 headers: Optional[Dict[str, str]] = None, body=None, ok=(200,), stream: bool = False,
+                 timeout: Optional[float] = None):
         """Send a request; returns (response, body bytes), or (response,
-        connection) with stream. An answer not in ok raises its APIError."""
+        connection) with stream. An answer not in ok raises its APIError.
+        timeout, if longer than the client's, is this request's socket
+        timeout (a long poll answers only after its wait)."""
         q = {k: v for k, v in (query or {}).items() if v is not None}
         target = self._prefix + path + ("?" + urllib.parse.urlencode(q) if q else "")
         h = {"User-Agent": self._agent, "Accept-Encoding": "identity"}
@@ -363,8 +375,12 @@ class Client:
         for attempt in (0, 1):
             conn, reused = self._take()
             try:
+                if timeout is not None and timeout > self._timeout:
+                    _set_timeout(conn, timeout)
                 conn.request(method, target, body=body, headers=h)
                 resp = conn.getresponse()
+                if timeout is not None and timeout > self._timeout:
+                    _set_timeout(conn, self._timeout)
                 break
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 conn.close()
@@ -639,3 +655,71 @@ class Client:
                 raise http.client.HTTPException("%d results for %d ids" % (len(results), len(chunk)))
             out.extend(Record.from_json(r["record"]) if r.get("found") else None for r in results)
         return out
+
+    # The change feed and consumer groups (partitioned tables only; a table
+    # without partitions answers FeedUnsupported).
+
+    def feed(self, table: str, cursor: Optional[str] = None, group: Optional[str] = None,
+             member: Optional[str] = None, partitions: Optional[Iterable[int]] = None, wait: float = 10.0,
+             max_rows: Optional[int] = 1000, max_bytes: Optional[int] = None, payloads: Union[int, str, None] = 0,
+             columns: Optional[Iterable[str]] = None, rollout_id: Optional[str] = None,
+             problem_id: Optional[str] = None, policy_version: Optional[str] = None, as_arrow: bool = False,
+             stop_at_end: bool = False, commit: bool = True) -> Feed:
+        """The table's feed from cursor (None: the oldest retained row;
+        "latest": rows acknowledged from now on), as an iterator of records
+        or, with as_arrow, pyarrow.RecordBatch objects; see rollstore.Feed.
+
+        partitions: the ones to read (default: the cursor's, else all);
+        wait: seconds a request long-polls when there is nothing new;
+        max_rows, max_bytes: the bounds of one answer; payloads: a byte
+        budget of payloads carried inline per answer ("all": up to
+        max_bytes; the others carry payload_url); columns: a projection;
+        rollout_id, problem_id, policy_version: filters applied by the
+        server; stop_at_end: stop at the first answer with no row and no
+        lag instead of polling on; group and member, commit: see Feed.
+        An expired cursor raises CursorExpired (with oldest_cursor).
+        """
+        return Feed(self, table, cursor=cursor, group=group, member=member, partitions=partitions, wait=wait,
+                    max_rows=max_rows, max_bytes=max_bytes, payloads=payloads, columns=columns,
+                    rollout_id=rollout_id, problem_id=problem_id, policy_version=policy_version,
+                    as_arrow=as_arrow, stop_at_end=stop_at_end, commit=commit)
+
+    def _feed_get(self, table: str, query: Dict[str, Any], accept: str, timeout: float):
+        """One feed request: (headers, body bytes)."""
+        resp, data = self._request("GET", "/v1/tables/%s/feed" % path_escape(table), query,
+                                   headers={"Accept": accept}, timeout=timeout)
+        return resp.headers, data
+
+    def _consumers_path(self, table: str, group: Optional[str] = None) -> str:
+        p = "/v1/tables/%s/consumers" % path_escape(table)
+        return p if group is None else p + "/" + path_escape(group)
+
+    def consumers(self, table: str) -> List[Dict[str, Any]]:
+        """The table's consumer groups (dicts: group, epoch, members,
+        committed, lag_rows, lag_seconds, partitions)."""
+        return self._json("GET", self._consumers_path(table))[1]["consumers"]
+
+    def consumer(self, table: str, group: str) -> Dict[str, Any]:
+        """One consumer group, with its lag; GroupNotFound if there is none."""
+        return self._json("GET", self._consumers_path(table, group))[1]
+
+    def commit(self, table: str, group: str, cursor: str, member: Optional[str] = None) -> Dict[str, Any]:
+        """Commit cursor's positions for group: everything before them is
+        processed. Without member (a named consumer) per partition and
+        forward only; a member's commit is refused with Rebalanced unless
+        the cursor is of its current assignment. Returns the group."""
+        doc: Dict[str, Any] = {"cursor": cursor}
+        if member is not None:
+            doc["member"] = member
+        body = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+        _, raw = self._request("POST", self._consumers_path(table, group) + "/commit", body=body,
+                               headers={"Content-Type": "application/json", "Content-Length": str(len(body))})
+        return json.loads(raw)
+
+    def leave_group(self, table: str, group: str, member: str) -> None:
+        """Remove member from group (its partitions are reassigned)."""
+        self._request("DELETE", self._consumers_path(table, group) + "/members/" + path_escape(member), ok=(204,))
+
+    def delete_consumer(self, table: str, group: str) -> None:
+        """Delete a consumer group and its committed positions."""
+        self._request("DELETE", self._consumers_path(table, group), ok=(204,))

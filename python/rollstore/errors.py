@@ -70,7 +70,7 @@ class Conflict(APIError):
 
 
 class Gone(APIError):
-    """410: the pinned base version was collected (version_gone)."""
+    """410: the pinned base version was collected (version_gone), or a feed cursor expired (CursorExpired)."""
 
 
 class RangeNotSatisfiable(APIError):
@@ -80,6 +80,44 @@ class RangeNotSatisfiable(APIError):
 class Overloaded(APIError):
     """503: not now (overloaded, throttled, draining, read_only, ...); retry after retry_after seconds."""
 
+
+class BadCursor(InvalidArgument):
+    """400 bad_cursor: a feed cursor that does not decode, or names partitions the table does not have."""
+
+
+class GroupNotFound(NotFound):
+    """404 group_not_found: no consumer group of that name."""
+
+
+class FeedUnsupported(Conflict):
+    """409 feed_unsupported: the table has no partitions, so no feed."""
+
+
+class Rebalanced(Conflict):
+    """409 rebalanced: a commit of a group member whose assignment changed
+    (a member joined or left); nothing was stored. Read the feed again: it
+    starts from the group's committed positions."""
+
+
+class CursorExpired(Gone):
+    """410 cursor_expired: the cursor is older than the feed's retention, or
+    of a table since dropped and created again. oldest_cursor is the oldest
+    cursor still valid (for the same partitions): resume from it, knowing
+    the rows in between are gone, or start over."""
+
+    def __init__(self, *args, oldest_cursor: str = "", **kw):
+        super().__init__(*args, **kw)
+        self.oldest_cursor = oldest_cursor
+
+
+# Codes that refine the class of their status (each a subclass of it).
+_BY_CODE = {
+    "bad_cursor": BadCursor,
+    "group_not_found": GroupNotFound,
+    "feed_unsupported": FeedUnsupported,
+    "rebalanced": Rebalanced,
+    "cursor_expired": CursorExpired,
+}
 
 _BY_STATUS = {
     304: NotModified,
@@ -115,7 +153,8 @@ def error_from_response(status: int, headers, body: bytes, method: str, url: str
     request_id = headers.get("X-Request-Id", "") or ""
     retry_after = parse_retry_after(headers.get("Retry-After"))
     try:
-        detail = json.loads(body.decode("utf-8"))["error"]
+        doc = json.loads(body.decode("utf-8"))
+        detail = doc["error"]
         code = detail["code"]
         if not isinstance(code, str) or not code:
             raise ValueError("no code")
@@ -124,5 +163,11 @@ def error_from_response(status: int, headers, body: bytes, method: str, url: str
         if len(text) > 300:
             text = text[:300] + "…"
         return cls(status, "", text, request_id, retry_after, method=method, url=url)
+    sub = _BY_CODE.get(code)
+    if sub is not None and issubclass(sub, cls):
+        cls = sub
+    kw = {}
+    if cls is CursorExpired:
+        kw["oldest_cursor"] = detail.get("oldest_cursor") or doc.get("oldest_cursor") or ""
     return cls(status, code, detail.get("message", ""), detail.get("request_id") or request_id,
-               retry_after, detail.get("line"), detail.get("row"), method=method, url=url)
+               retry_after, detail.get("line"), detail.get("row"), method=method, url=url, **kw)

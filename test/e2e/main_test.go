@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	if cfg := os.Getenv(consumerEnv); cfg != "" {
+		return consumerMain(cfg)
+	}
 	if os.Getenv(azuritetest.EnvConnectionString) != "" {
 		dir, err := os.MkdirTemp("", "rollstore-e2e-bin-")
 		if err != nil {

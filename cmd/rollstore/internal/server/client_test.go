@@ -452,6 +452,37 @@ func TestClientEveryRoute(t *testing.T) {
 		t.Fatalf("metrics (%d bytes): %v", len(metrics), err)
 	}
 
+	// The feed and a consumer group of a member.
+	feed := c.Feed("scratch", client.FeedOptions{MaxRows: 2, AllPayloads: true})
+	if p, err := feed.Next(ctx); err != nil || len(p.Rows) != 0 || feed.Cursor() == "" {
+		t.Fatalf("feed of an empty table: %+v %v", p, err)
+	}
+	if _, err := c.Put(ctx, "scratch", "f", client.Fields{RolloutID: "r"}, strings.NewReader("fed")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := feed.Next(ctx); err != nil || len(p.Rows) != 1 || string(p.Rows[0].Payload) != "fed" || p.Rows[0].Offset != 0 {
+		t.Fatalf("feed after a put: %+v %v", p, err)
+	}
+	m := c.Consumer("scratch", "g", "m", client.FeedOptions{})
+	if p, err := m.Next(ctx); err != nil || len(p.Rows) != 1 {
+		t.Fatalf("consumer: %+v %v", p, err)
+	}
+	if g, err := m.Commit(ctx); err != nil || g.LagRows != 0 {
+		t.Fatalf("commit: %+v %v", g, err)
+	}
+	if gs, err := c.Consumers(ctx, "scratch"); err != nil || len(gs) != 1 {
+		t.Fatalf("consumers: %+v %v", gs, err)
+	}
+	if _, err := c.ConsumerGroupOf(ctx, "scratch", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteConsumer(ctx, "scratch", "g"); err != nil {
+		t.Fatal(err)
+	}
+
 	// Drop.
 	if err := c.DropTable(ctx, "scratch"); err != nil {
 		t.Fatal(err)
@@ -461,10 +492,13 @@ func TestClientEveryRoute(t *testing.T) {
 	apiErr(t, errOf(c.Versions(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 	apiErr(t, errOf(c.Merge(ctx, "scratch")), client.ErrNotFound, codeTableNotFound)
 
-	// The internal commit endpoint is for writer pods, not the client (the
-	// forwarding tests, forward_test.go, check it against the file); the
+	// The internal commit and await endpoints are for writer pods, not the
+	// client (forward_test.go and feedrelay_test.go check them against the
+	// file); the
 	// status page's routes neither (TestUIAuth exercises them).
-	left := slices.DeleteFunc(e.api.Unexercised(), func(op string) bool { return op == "POST "+internalCommitPath || isUIOperation(op) })
+	left := slices.DeleteFunc(e.api.Unexercised(), func(op string) bool {
+		return op == "POST "+internalCommitPath || op == "POST "+internalAwaitPath || isUIOperation(op)
+	})
 	if len(left) > 0 {
 		t.Errorf("operations of api/openapi.yaml the client never reached: %v", left)
 	}

@@ -18,25 +18,26 @@ import (
 // holds nothing is always admitted (so a payload larger than a share can
 // still be read), and the server-wide limits still apply on top.
 type clientShares struct {
-	maxRequests, maxUploads int
-	maxBytes                int64
+	maxRequests, maxUploads, maxWaits int
+	maxBytes                          int64
 
 	mu   sync.Mutex
 	held map[string]*clientUse
 }
 
 type clientUse struct {
-	requests, uploads int
-	bytes             int64
+	requests, uploads, waits int
+	bytes                    int64
 }
 
-func newClientShares(share float64, requests, uploads int, payloadBudget int64) *clientShares {
+func newClientShares(share float64, requests, uploads, waits int, payloadBudget int64) *clientShares {
 	if share <= 0 || share >= 1 {
 		return nil // no per-client bound
 	}
 	return &clientShares{
 		maxRequests: max(1, int(share*float64(requests))),
 		maxUploads:  max(1, int(share*float64(uploads))),
+		maxWaits:    max(1, int(share*float64(waits))),
 		maxBytes:    max(1, int64(share*float64(payloadBudget))),
 		held:        map[string]*clientUse{},
 	}
@@ -88,6 +89,28 @@ func (c *clientShares) admit(key string, upload bool) (release func(), err error
 	}, nil
 }
 
+// admitWait takes one of key's share of the waiting slots (feed
+// long-polls), or reports that it holds its share.
+func (c *clientShares) admitWait(key string) (release func(), ok bool) {
+	if c == nil {
+		return func() {}, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.use(key)
+	if u.waits >= c.maxWaits {
+		c.forget(key, u)
+		return nil, false
+	}
+	u.waits++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		u.waits--
+		c.forget(key, u)
+	}, true
+}
+
 // reserve counts n payload bytes being served to key.
 func (c *clientShares) reserve(key string, n int64) (release func(), err error) {
 	if c == nil {
@@ -118,7 +141,7 @@ func (c *clientShares) use(key string) *clientUse {
 }
 
 func (c *clientShares) forget(key string, u *clientUse) {
-	if u.requests == 0 && u.uploads == 0 && u.bytes == 0 && c.held[key] == u {
+	if u.requests == 0 && u.uploads == 0 && u.waits == 0 && u.bytes == 0 && c.held[key] == u {
 		delete(c.held, key)
 	}
 }

@@ -99,6 +99,22 @@ type Config struct {
 	// LookupParallelism bounds the lookups one multi-id get runs at once.
 	// Default engine.DefaultGetManyParallelism.
 	LookupParallelism int
+	// FeedMaxRows and FeedMaxBytes bound one feed answer: a request's
+	// max_rows and max_bytes are lowered to them. Defaults 10000 and 64 MiB.
+	FeedMaxRows  int
+	FeedMaxBytes int64
+	// FeedMaxWait bounds a feed long-poll's wait (a longer one is lowered
+	// to it). Default 60s.
+	FeedMaxWait time.Duration
+	// FeedMaxWaiting bounds the long-polls waiting at once. They hold no
+	// request slot (a reader waiting for rows must not starve the
+	// others), so they are bounded by this instead; a long-poll beyond it,
+	// or beyond its client's share of it (MaxClientShare), is served as a
+	// request that does not wait. Default 1024.
+	FeedMaxWaiting int
+	// ConsumerLagInterval is the period of the consumer lag gauges'
+	// refresh. Default 15s.
+	ConsumerLagInterval time.Duration
 	// AuthTokens, when not empty, makes every request except /healthz and
 	// /readyz require "Authorization: Bearer <token>" with one of them.
 	AuthTokens []string
@@ -146,6 +162,11 @@ func DefaultConfig() Config {
 		ReadyTimeout:          2 * time.Second,
 		MaxLookupIDs:          1000,
 		LookupParallelism:     engine.DefaultGetManyParallelism,
+		FeedMaxRows:           10000,
+		FeedMaxBytes:          64 << 20,
+		FeedMaxWait:           60 * time.Second,
+		FeedMaxWaiting:        1024,
+		ConsumerLagInterval:   15 * time.Second,
 	}
 }
 
@@ -179,6 +200,11 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.MaxLookupIDs, d.MaxLookupIDs)
 	orDefault(&c.MaxLookupBytes, int64(max(c.MaxLookupIDs, 0))*lookupBytesPerID+1024)
 	orDefault(&c.LookupParallelism, d.LookupParallelism)
+	orDefault(&c.FeedMaxRows, d.FeedMaxRows)
+	orDefault(&c.FeedMaxBytes, d.FeedMaxBytes)
+	orDefault(&c.FeedMaxWait, d.FeedMaxWait)
+	orDefault(&c.FeedMaxWaiting, d.FeedMaxWaiting)
+	orDefault(&c.ConsumerLagInterval, d.ConsumerLagInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -193,6 +219,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: MaxClientShare %v must be in (0, 1] (1: no per-client bound)", c.MaxClientShare)
 	case c.MaxLookupIDs < 0, c.MaxLookupBytes < 0, c.LookupParallelism < 0:
 		return c, fmt.Errorf("server: MaxLookupIDs, MaxLookupBytes and LookupParallelism must be positive")
+	case c.FeedMaxRows < 0, c.FeedMaxBytes < 0, c.FeedMaxWait < 0, c.FeedMaxWaiting < 0, c.ConsumerLagInterval < 0:
+		return c, fmt.Errorf("server: FeedMaxRows, FeedMaxBytes, FeedMaxWait, FeedMaxWaiting and ConsumerLagInterval must be positive")
 	case c.SweepEvery < 0:
 		return c, fmt.Errorf("server: SweepEvery must be positive")
 	case c.DrainTimeout < 0, c.DrainDelay < 0, c.CloseTimeout < 0, c.RetryAfter < 0, c.ReadyTimeout < 0:

@@ -56,6 +56,11 @@ const (
 	codeOutcomeUnknown   = "outcome_unknown"
 	codeCanceled         = "canceled"
 	codeInternal         = "internal"
+	codeBadCursor        = "bad_cursor"
+	codeCursorExpired    = "cursor_expired"
+	codeFeedUnsupported  = "feed_unsupported"
+	codeRebalanced       = "rebalanced"
+	codeGroupNotFound    = "group_not_found"
 )
 
 // statusClientClosed is logged (never sent) when the client went away
@@ -145,6 +150,16 @@ func classify(err error) outcome {
 		return outcome{http.StatusRequestedRangeNotSatisfiable, codeRangeNotSatisfy, false}
 	case errors.Is(err, engine.ErrTableNotFound):
 		return outcome{http.StatusNotFound, codeTableNotFound, false}
+	case errors.Is(err, engine.ErrGroupNotFound):
+		return outcome{http.StatusNotFound, codeGroupNotFound, false}
+	case errors.Is(err, engine.ErrNoFeed):
+		return outcome{http.StatusConflict, codeFeedUnsupported, false}
+	case errors.Is(err, engine.ErrBadCursor):
+		return outcome{http.StatusBadRequest, codeBadCursor, false}
+	case errors.Is(err, engine.ErrCursorExpired):
+		return outcome{http.StatusGone, codeCursorExpired, false}
+	case errors.Is(err, engine.ErrRebalanced):
+		return outcome{http.StatusConflict, codeRebalanced, false}
 	case errors.Is(err, engine.ErrNotFound):
 		return outcome{http.StatusNotFound, codeNotFound, false}
 	case errors.Is(err, engine.ErrNoVersion):
@@ -233,6 +248,8 @@ type errorDetail struct {
 	// Committed: the items of a failed batch that were committed
 	// nevertheless (rows of other partitions commit independently).
 	Committed []committedItem `json:"committed,omitempty"`
+	// OldestCursor (cursor_expired): where the feed can resume now.
+	OldestCursor string `json:"oldest_cursor,omitempty"`
 }
 
 // writeError answers err. It reports the outcome for logs and metrics.
@@ -257,6 +274,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) o
 	var part *partialError
 	if errors.As(err, &part) {
 		d.Committed = part.committed
+	}
+	var expired *engine.CursorExpiredError
+	if errors.As(err, &expired) {
+		d.OldestCursor = engine.EncodeCursor(expired.Oldest)
 	}
 	h := w.Header()
 	for _, k := range []string{"Content-Range", "Content-Length", "ETag", "Last-Modified", "Accept-Ranges", "Content-Encoding", "Content-Disposition", "Content-Security-Policy"} {

@@ -85,6 +85,13 @@ func classifyCases() []classifyCase {
 		{&positionError{what: "line", n: 3, err: engine.ErrInvalid}, 400, codeInvalidArgument, false},
 		{badRequest("x"), 400, codeInvalidArgument, false},
 		{newError(503, codeDraining, "x"), 503, codeDraining, true},
+		// The feed's and its consumer groups'.
+		{fmt.Errorf("table t: %w", engine.ErrNoFeed), 409, codeFeedUnsupported, false},
+		{fmt.Errorf("%w: checksum", engine.ErrBadCursor), 400, codeBadCursor, false},
+		{&engine.CursorExpiredError{Reason: "reclaimed"}, 410, codeCursorExpired, false},
+		{engine.ErrCursorExpired, 410, codeCursorExpired, false},
+		{fmt.Errorf("commit: %w", engine.ErrRebalanced), 409, codeRebalanced, false},
+		{engine.ErrGroupNotFound, 404, codeGroupNotFound, false},
 	}
 }
 

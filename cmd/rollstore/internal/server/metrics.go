@@ -40,6 +40,17 @@ type metrics struct {
 	// result; forwardDuration times the forwarded commits.
 	forwarded       *prometheus.CounterVec
 	forwardDuration *prometheus.HistogramVec
+	// The feed's: answers by outcome, rows and payload bytes delivered,
+	// long-polls waiting, group commits by result, and the lag of the
+	// consumer groups this process serves (refreshed by the lag loop).
+	feedRequests       *prometheus.CounterVec
+	feedRows           prometheus.Counter
+	feedPayloadBytes   prometheus.Counter
+	feedWaiting        prometheus.Gauge
+	feedCommits        *prometheus.CounterVec
+	consumerLagRows    *prometheus.GaugeVec
+	consumerLagSeconds *prometheus.GaugeVec
+	feedRelays         *prometheus.CounterVec
 
 	mu     sync.Mutex
 	tables []string // tables with pending gauges set
@@ -103,6 +114,38 @@ func newMetrics(db *engine.DB) *metrics {
 			Help:    "Time of a forwarded commit (one request to the owner, carrying one append or a batch's items of that owner), by result.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"result"}),
+		feedRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollstore_feed_requests_total",
+			Help: "Feed reads by outcome: rows (rows delivered), empty (none yet), expired (410 cursor_expired), error (any other error).",
+		}, []string{"outcome"}),
+		feedRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rollstore_feed_rows_total",
+			Help: "Rows delivered by the feed.",
+		}),
+		feedPayloadBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rollstore_feed_payload_bytes_total",
+			Help: "Payload bytes the feed carried inline in its answers.",
+		}),
+		feedWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rollstore_feed_long_polls",
+			Help: "Feed long-polls being served now, each holding a waiting slot (bounded by --feed-max-waiting) instead of a request slot; rollstore_feed_waiting counts those waiting for a row at this moment.",
+		}),
+		feedCommits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollstore_feed_commits_total",
+			Help: "Consumer-group commits (POST .../commit and feed reads with commit=true), by result: ok, rebalanced (refused: the member's assignment is stale), error.",
+		}, []string{"result"}),
+		feedRelays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollstore_feed_relays_total",
+			Help: "Waits of this process's long-polls relayed to the owners of their partitions, by result: moved (the owner answered that a partition moved, and the readers were woken), idle (the relayed wait passed), error (the owner could not be asked; the readers wake at the next probe).",
+		}, []string{"result"}),
+		consumerLagRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rollstore_feed_consumer_lag_rows",
+			Help: "Rows acknowledged after a consumer group's committed positions, for the groups this process served in the last 5 minutes (refreshed every 15s).",
+		}, []string{"table", "group"}),
+		consumerLagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rollstore_feed_consumer_lag_seconds",
+			Help: "How far behind a consumer group's committed positions are, in seconds of acknowledgement time, for the groups this process served in the last 5 minutes.",
+		}, []string{"table", "group"}),
 	}
 	// The build as a constant 1 with labels, the Prometheus convention for
 	// joining a version onto other series.
@@ -114,6 +157,7 @@ func newMetrics(db *engine.DB) *metrics {
 	buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
 	m.reg.MustRegister(m.requests, m.inflight, m.clientRefusals, m.payloadBytes, m.draining, m.merges, m.mergeDuration, m.sweeps, m.swept,
 		m.pendingGens, m.pendingRows, m.forwarded, m.forwardDuration, buildInfo, engineCollector{db},
+		m.feedRequests, m.feedRows, m.feedPayloadBytes, m.feedWaiting, m.feedCommits, m.consumerLagRows, m.consumerLagSeconds, m.feedRelays,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -227,13 +271,17 @@ var (
 		"Payload bytes reserved by reads being served (bounded by the in-flight budget).", nil, nil)
 	descInFlightMax = prometheus.NewDesc("rollstore_payload_in_flight_limit_bytes",
 		"The in-flight payload byte budget.", nil, nil)
+	descFeedWaiting = prometheus.NewDesc("rollstore_feed_waiting",
+		"Feed long-polls waiting for a row now.", nil, nil)
+	descFeedProbes = prometheus.NewDesc("rollstore_feed_probes_total",
+		"Partition heads probed for feed reads (long-polls share one probe per partition and --feed-poll-interval).", nil, nil)
 )
 
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReads, descReadRetries, descRefreshes, descAppends, descSegments, descSeals,
 		descMerges, descMergeConflicts, descMergedRows, descMergeDups, descMergeSeconds, descReclaimed,
 		descVersionsCollected, descFilesCollected, descOrphans, descCacheHits, descCacheMisses, descCacheEvictions,
-		descCacheRatio, descCacheBytes, descCacheMaxBytes, descInFlight, descInFlightMax} {
+		descCacheRatio, descCacheBytes, descCacheMaxBytes, descInFlight, descInFlightMax, descFeedWaiting, descFeedProbes} {
 		ch <- d
 	}
 }
@@ -269,6 +317,8 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descVersionsCollected, st.VersionsCollected.Load())
 	counter(descFilesCollected, st.FilesCollected.Load())
 	counter(descOrphans, st.OrphansSwept.Load())
+	counter(descFeedProbes, st.FeedProbes.Load())
+	gauge(descFeedWaiting, float64(st.FeedWaiting.Load()))
 
 	layouts, batches, payloads := c.db.CacheStats()
 	for _, x := range []struct {

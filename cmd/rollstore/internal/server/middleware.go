@@ -119,7 +119,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, h handlerFunc, op
 	if opts&public == 0 && len(s.tokens) > 0 && !s.authorized(r) {
 		return newError(http.StatusUnauthorized, codeUnauthorized, "missing or invalid bearer token")
 	}
-	if opts&internal != 0 {
+	if opts&(internal|waits) != 0 {
 		return h(w, r)
 	}
 	release, err := s.clients.admit(s.clientKey(r), opts&upload != 0)

@@ -16,6 +16,9 @@ const (
 	internal
 	// upload routes also count against MaxConcurrentUploads.
 	upload
+	// waits routes (the feed) take their slot themselves: a request
+	// slot, or for a long-poll a waiting slot (feedSlot).
+	waits
 )
 
 // queryParams are the query parameters each API route takes; any other,
@@ -27,6 +30,8 @@ var queryParams = map[string][]string{
 	"GET /v1/tables/{table}/rollouts/{id}/payload": {"version"},
 	"GET /v1/tables/{table}/scan":                  {"version", "payloads"},
 	"PUT /v1/tables/{table}":                       {"partitions"},
+	"GET /v1/tables/{table}/feed": {"cursor", "partitions", "max_rows", "max_bytes", "payloads", "wait",
+		"rollout_id", "problem_id", "policy_version", "columns", "group", "member", "commit"},
 }
 
 func (s *Server) routes() {
@@ -50,11 +55,21 @@ func (s *Server) routes() {
 	s.handle("POST /v1/tables/{table}/merge", s.merge, 0)
 	s.handle("GET /v1/tables/{table}/versions", s.versions, 0)
 
+	s.handle("GET /v1/tables/{table}/feed", s.feed, waits)
+	s.handle("GET /v1/tables/{table}/consumers", s.listConsumers, 0)
+	s.handle("GET /v1/tables/{table}/consumers/{group}", s.getConsumer, 0)
+	s.handle("POST /v1/tables/{table}/consumers/{group}/commit", s.commitConsumer, 0)
+	s.handle("DELETE /v1/tables/{table}/consumers/{group}/members/{member}", s.leaveConsumer, 0)
+	s.handle("DELETE /v1/tables/{table}/consumers/{group}", s.deleteConsumer, 0)
+
 	// Commits forwarded by other writer pods (forward.go): behind auth,
 	// but not refused while draining (the partitions are this pod's until
 	// its database closes) nor counted against the request slots (the
 	// forwarding pod counted the request).
 	s.handle("POST "+internalCommitPath, s.commitStaged, internal)
+	// Waits relayed by other pods for their long-polls (feedrelay.go):
+	// bounded by the pods' waiting tables, not by the request slots.
+	s.handle("POST "+internalAwaitPath, s.awaitFeed, internal)
 	s.uiRoutes() // the status page, ui.go
 
 	// Everything else is answered in JSON too (404 or 405), and behind

@@ -36,6 +36,18 @@ type Server struct {
 	// sem holds one token per API request being served, uploads one per
 	// upload among them.
 	sem, uploads chan struct{}
+	// waiting holds one token per feed long-poll being served (they hold
+	// no request slot; see feedSlot).
+	waiting chan struct{}
+	// drained is closed when the drain starts: waiting long-polls answer
+	// at once.
+	drained chan struct{}
+	// lag tracks the consumer groups this process served, whose lag
+	// gauges the lag loop refreshes (consumers.go).
+	lag consumerLag
+	// relays relays waiting long-polls to the partitions' owners
+	// (feedrelay.go).
+	relays feedRelays
 
 	// fwd is the client of forwarded commits (one pool of kept-alive
 	// connections to the other writers); payloadStore the engine's store,
@@ -73,11 +85,15 @@ func New(db *engine.DB, cfg Config) (*Server, error) {
 		metricsMux: http.NewServeMux(),
 		sem:        make(chan struct{}, cfg.MaxConcurrentRequests),
 		uploads:    make(chan struct{}, cfg.MaxConcurrentUploads),
+		waiting:    make(chan struct{}, cfg.FeedMaxWaiting),
+		drained:    make(chan struct{}),
+		lag:        consumerLag{served: map[groupKey]time.Time{}},
+		relays:     feedRelays{tables: map[*engine.Table]chan struct{}{}},
 	}
 	for _, t := range cfg.AuthTokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
-	s.clients = newClientShares(cfg.MaxClientShare, cfg.MaxConcurrentRequests, cfg.MaxConcurrentUploads, db.Config().MaxPayloadInFlight)
+	s.clients = newClientShares(cfg.MaxClientShare, cfg.MaxConcurrentRequests, cfg.MaxConcurrentUploads, cfg.FeedMaxWaiting, db.Config().MaxPayloadInFlight)
 	s.metrics = newMetrics(db)
 	for _, c := range cfg.Collectors {
 		if err := s.metrics.reg.Register(c); err != nil {
@@ -127,6 +143,7 @@ func (s *Server) MetricsHandler() http.Handler { return s.metricsMux }
 // it when its context ends; it cannot be undone.
 func (s *Server) StartDrain() {
 	if !s.draining.Swap(true) {
+		close(s.drained)
 		s.metrics.draining.Set(1)
 		s.log.Info("draining: readiness fails, new requests are refused")
 	}
@@ -168,6 +185,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.RunMerger(mergeCtx) })
 	wg.Go(func() { s.joinLoop(mergeCtx, 2*time.Second) })
+	wg.Go(func() { s.lagLoop(mergeCtx) })
 	wg.Go(func() {
 		if err := s.warm(mergeCtx); err != nil {
 			s.log.Warn("loading tables at startup (readiness retries)", "err", err)

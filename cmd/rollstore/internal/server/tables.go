@@ -55,7 +55,11 @@ func (s *Server) tableStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, st)
+	consumers, err := consumersOf(r.Context(), tb)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, tableStatusView{Status: st, Consumers: consumers})
 	return nil
 }
 
@@ -64,6 +68,7 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.metrics.forgetTable(r.PathValue("table"))
+	s.forgetConsumersOf(r.PathValue("table"))
 	s.passLog.forget(r.PathValue("table"))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
