@@ -93,7 +93,8 @@ unit:
 # Benchmarks: cmd/rollbench against a fresh Azurite, rollstore vs the raw
 # Azure SDK in the same run (appends, memory, reads, lookups against the
 # backlog and the number of writer shards with writers and a merger in
-# processes of their own, 10 minutes of merges under sustained writes);
+# processes of their own, partitioned tables, the change feed, 10 minutes
+# of merges under sustained writes);
 # prints a markdown report, the performance goal table first, and rewrites
 # BENCHMARKS.md (≲ 20 min). `make bench BENCH_FLAGS=-quick` is a < 90 s
 # smoke run that only prints.
