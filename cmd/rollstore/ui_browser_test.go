@@ -119,6 +119,19 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatalf("merge: %d %s", code, body)
 	}
 	put("b-0")
+	// A learner of group "learners" reads two rows and commits them with
+	// its next read (empty: max_rows is per answer, the cursor moved).
+	code, _, body := api.do("GET", "/v1/tables/demo/feed?group=learners&member=m0&max_rows=2", nil, auth...)
+	var page struct {
+		Rows   []json.RawMessage `json:"rows"`
+		Cursor string            `json:"cursor"`
+	}
+	if code != 200 || json.Unmarshal(body, &page) != nil || len(page.Rows) != 2 {
+		t.Fatalf("feed: %d %s", code, body)
+	}
+	if code, _, body := api.do("GET", "/v1/tables/demo/feed?group=learners&member=m0&max_rows=1&cursor="+page.Cursor, nil, auth...); code != 200 {
+		t.Fatalf("feed: %d %s", code, body)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -180,7 +193,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if !strings.Contains(f["merger"], "every 300 ms") || !strings.Contains(f["merger"], "pass ") {
 		t.Errorf("merger shows %q", f["merger"])
 	}
-	for _, s := range []string{"rollstore", "demo", "Pending generations", "Partitions and owners", "Recent merges", "shard local-0"} {
+	// The group: its member, and one row behind the two it committed
+	// (three rows, and the member's third read is not committed yet).
+	if !strings.Contains(f["consumers"], "learners") || !strings.Contains(f["consumers"], "m0 (16)") {
+		t.Errorf("consumers show %q", f["consumers"])
+	}
+	for _, s := range []string{"rollstore", "demo", "Pending generations", "Partitions and owners", "Consumers", "Recent merges", "shard local-0"} {
 		if !strings.Contains(f["body"], s) {
 			t.Errorf("the page does not show %q:\n%s", s, f["body"])
 		}

@@ -152,16 +152,19 @@ class _FeedDataset:
             handed: List[str] = []  # cursors of the answers handed out, not yet committed
             with c.feed(self.table, cursor=cursor, group=self.group, partitions=parts, commit=False,
                         **self._feed_args) as feed:
+                last = None
                 for page in feed.pages():
                     yield from page.rows
+                    last = page.cursor
                     if not page.rows:
                         continue
                     handed.append(page.cursor)
                     if len(handed) > self.commit_lag:
                         c.commit(self.table, self.group, handed.pop(0))
-            if handed and self._feed_args["stop_at_end"]:
-                # The iteration ran to the end: every record was taken.
-                c.commit(self.table, self.group, handed[-1])
+            if last and self._feed_args["stop_at_end"]:
+                # The iteration ran to the end: every record was taken, and
+                # the position (also one a start at "latest" took) is kept.
+                c.commit(self.table, self.group, last)
         finally:
             c.close()
 

@@ -188,6 +188,12 @@ class Dataset(unittest.TestCase):
             text = f.read()
         code = text.split("\n## Learner loop\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
         self.assertLess(len(code.strip().splitlines()), 20)
+        # The repository's README shows the same loop.
+        top = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
+        if os.path.exists(top):
+            with open(top, encoding="utf-8") as f:
+                shown = f.read().split("\n## Learner loop\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+            self.assertEqual(shown, code, "README.md's learner loop differs from python/README.md's")
         code = code.replace("http://rollstore:8080", URL).replace('"rollouts"', repr(self.t))
         self.assertIn(repr(self.t), code)
         ids = ["r-%03d" % i for i in range(70)]

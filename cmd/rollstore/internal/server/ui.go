@@ -287,6 +287,9 @@ type uiTable struct {
 	// none.
 	Status *engine.Status `json:"status,omitempty"`
 	Error  *uiError       `json:"error,omitempty"`
+	// Consumers are the table's consumer groups with their lag (as in
+	// the table's status).
+	Consumers []groupView `json:"consumers"`
 	// Merges are the table's recent merges by this process, newest first.
 	Merges []uiMerge `json:"merges"`
 }
@@ -320,17 +323,17 @@ func (s *Server) uiState(w http.ResponseWriter, r *http.Request) error {
 	sem := make(chan struct{}, uiStatusParallelism)
 	var wg sync.WaitGroup
 	for i, name := range names {
-		tables[i] = uiTable{Name: name, Merges: merges(name)}
+		tables[i] = uiTable{Name: name, Merges: merges(name), Consumers: []groupView{}}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			st, err := s.uiTableStatus(r, name)
+			st, consumers, err := s.uiTableStatus(r, name)
 			if err != nil {
 				o := classify(err)
 				tables[i].Error = &uiError{Code: o.code, Message: err.Error()}
 				return
 			}
-			tables[i].Status = &st
+			tables[i].Status, tables[i].Consumers = &st, consumers
 		})
 	}
 	wg.Wait()
@@ -348,10 +351,15 @@ func (s *Server) uiState(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) uiTableStatus(r *http.Request, name string) (engine.Status, error) {
+func (s *Server) uiTableStatus(r *http.Request, name string) (engine.Status, []groupView, error) {
 	tb, err := s.db.Table(r.Context(), name)
 	if err != nil {
-		return engine.Status{}, err
+		return engine.Status{}, nil, err
 	}
-	return tb.Status(r.Context())
+	st, err := tb.Status(r.Context())
+	if err != nil {
+		return engine.Status{}, nil, err
+	}
+	consumers, err := consumersOf(r.Context(), tb)
+	return st, consumers, err
 }

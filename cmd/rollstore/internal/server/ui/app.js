@@ -101,6 +101,16 @@ function tableSection(t, shard) {
       parts.push(el("h3", {}, "Partitions and owners"));
       parts.push(owners(st, shard));
     }
+    const consumers = t.consumers || [];
+    if (consumers.length > 0) {
+      parts.push(el("h3", {}, "Consumers"));
+      parts.push(grid(["group", "members", "epoch", "lag (rows)", "lag (seconds)", "committed"],
+        consumers.map((g) => [g.group,
+          (g.members || []).map((m) => m.name + " (" + m.partitions.length + ")").join(", ") || "named",
+          String(g.epoch), String(g.lag_rows), g.lag_seconds.toFixed(1),
+          g.committed_at ? clock(g.committed_at) : "never"]),
+        { class: "consumers", "data-field": "consumers" }));
+    }
   }
   parts.push(el("h3", {}, "Recent merges"));
   parts.push(merges(t.merges || []));
