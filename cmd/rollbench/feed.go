@@ -316,8 +316,12 @@ func (fr *feedRun) freshness(ctx context.Context, label string, tb *engine.Table
 	// A first read from a cursor, untimed: in a fresh process it loads the
 	// table's resident snapshot, a one-time cost counted apart.
 	cold0, t0 := proc.t.snap(), time.Now()
-	if page, err := tb.Feed(ctx, engine.FeedOptions{Cursor: &first.Next}); err != nil || len(page.Rows) != 0 {
-		return nil, fmt.Errorf("%s: the first read from a cursor: %d rows, %v", label, len(page.Rows), err)
+	page, err := tb.Feed(ctx, engine.FeedOptions{Cursor: &first.Next})
+	if err != nil {
+		return nil, fmt.Errorf("%s: the first read from a cursor: %w", label, err)
+	}
+	if len(page.Rows) != 0 {
+		return nil, fmt.Errorf("%s: the first read from a cursor delivered %d rows, none appended since", label, len(page.Rows))
 	}
 	fc.coldDur, fc.coldOps = time.Since(t0), proc.t.snap().sub(cold0).ops
 	fc.own = newTally()
@@ -349,7 +353,7 @@ func (fr *feedRun) freshness(ctx context.Context, label string, tb *engine.Table
 				r := &page.Rows[i]
 				g := got{id: r.Record.ID, part: r.Partition, off: r.Offset, at: at, carried: r.Carried, bad: checkRow(r, f.size, true)}
 				if !r.Carried && g.bad == "" {
-					g.bad = "payload not carried in a page of one row's worth"
+					g.bad = "payload not carried, though the page's budget holds every row of this test"
 				}
 				rows = append(rows, g)
 			}
