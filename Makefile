@@ -96,8 +96,9 @@ unit:
 # processes of their own, partitioned tables, the change feed, 10 minutes
 # of merges under sustained writes);
 # prints a markdown report, the performance goal table first, and rewrites
-# BENCHMARKS.md (≲ 20 min). `make bench BENCH_FLAGS=-quick` is a < 90 s
-# smoke run that only prints.
+# BENCHMARKS.md with its SVG figures in bench/, drawn by rollbench from the
+# run's data (≲ 20 min). `make bench BENCH_FLAGS=-quick` is a < 90 s smoke
+# run that only prints.
 BENCH_FLAGS ?=
 bench:
 	$(AZURITE) run -- $(GO) run ./cmd/rollbench $(BENCH_FLAGS)
@@ -105,7 +106,8 @@ bench:
 # The scaling tables (lookups against the backlog and the number of writer
 # shards) on objstore/latency's model of Azure Blob Storage instead of
 # Azurite: requests served in parallel, as on Azure. No Azurite; rewrites
-# the "Latency model" section of BENCHMARKS.md (a few minutes).
+# the "Latency model" section of BENCHMARKS.md and its figures in bench/
+# (a few minutes).
 # `make bench-latency BENCH_FLAGS=-quick` only prints (< 1 min).
 bench-latency:
 	$(GO) run ./cmd/rollbench -store latency $(BENCH_FLAGS)
@@ -115,7 +117,7 @@ bench-latency:
 # Azurite, store calls per append, an append through a non-owner against
 # one through the owner, and sustained writes with merges from 3 and 16
 # writers (BENCH_FLAGS=-part-sustain=10m for the issue's 10 minutes each).
-# Rewrites the "Partitions" section of BENCHMARKS.md (≈ 10 min);
+# Rewrites the "Partitions" section of BENCHMARKS.md and its figure (≈ 10 min);
 # BENCH_FLAGS=-quick is a smoke run that only prints.
 bench-partitions:
 	$(AZURITE) run -- $(GO) run ./cmd/rollbench -phases partitions $(BENCH_FLAGS)

@@ -235,12 +235,17 @@ func (t *Table) owner(ctx context.Context, shard string, fresh bool) (Owner, err
 	if err != nil {
 		return Owner{Partition: shard}, err
 	}
-	name := rendezvous(shard, t.liveMembers(m, joined))
+	return t.ownerIn(m, t.liveMembers(m, joined), joined, shard), nil
+}
+
+// ownerIn names the owner of shard among live, the live members of m.
+func (t *Table) ownerIn(m *memberList, live []string, joined bool, shard string) Owner {
+	name := rendezvous(shard, live)
 	o := Owner{Partition: shard, Writer: name, Addr: m.Writers[name].Addr, Self: joined && name == t.db.cfg.Shard}
 	if o.Self {
 		o.Addr = t.db.cfg.Addr
 	}
-	return o, nil
+	return o
 }
 
 // Owners lists the owner of every partition, as this process sees them.

@@ -69,13 +69,13 @@ func (t *Table) getMany(ctx context.Context, ids []string, opts GetManyOptions) 
 			return nil, err
 		}
 		lookup = func(ctx context.Context, id string, use func(context.Context, location) error) error {
-			return t.withPinnedIn(ctx, s, id, v, use)
+			return t.withPinnedIn(ctx, s, id, v, t.db.rt.Now(), use)
 		}
 	} else {
 		view := t.newReadView(true)
 		lookup = func(ctx context.Context, id string, use func(context.Context, location) error) error {
 			var attempts int // per id, as for a Get
-			return t.withRowIn(ctx, view, id, &attempts, use)
+			return t.withRowIn(ctx, view, id, t.db.rt.Now(), &attempts, use)
 		}
 	}
 	err := sched.Parallel(ctx, t.db.rt, len(uniq), par, func(ctx context.Context, i int) error {

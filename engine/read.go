@@ -70,10 +70,11 @@ func (t *Table) withRow(ctx context.Context, id string, opts ReadOptions, attemp
 	if err := t.checkLive(); err != nil {
 		return err
 	}
+	start := t.db.rt.Now()
 	if opts.Version > 0 {
-		return t.withPinned(ctx, id, opts.Version, use)
+		return t.withPinned(ctx, id, opts.Version, start, use)
 	}
-	return t.withRowIn(ctx, t.newReadView(false), id, attempts, use)
+	return t.withRowIn(ctx, t.newReadView(false), id, start, attempts, use)
 }
 
 // readView is where a read of the latest view starts: the refresh ticket
@@ -154,8 +155,9 @@ func (v *readView) refreshed(ctx context.Context, t *Table, shard string, ticket
 	return s, nil
 }
 
-// withRowIn is withRow for the latest view, starting from view.
-func (t *Table) withRowIn(ctx context.Context, view *readView, id string, attempts *int, use func(context.Context, location) error) error {
+// withRowIn is withRow for the latest view, starting from view; the read
+// began at start.
+func (t *Table) withRowIn(ctx context.Context, view *readView, id string, start time.Time, attempts *int, use func(context.Context, location) error) error {
 	st := t.db.stats
 	ticket := view.ticket
 	resident := view.resident
@@ -170,9 +172,9 @@ func (t *Table) withRowIn(ctx context.Context, view *readView, id string, attemp
 			err := use(ctx, loc)
 			if err == nil {
 				if loc.inBase {
-					st.ReadBaseHits.Add(1)
+					t.countRead(readBaseHit, start)
 				} else {
-					st.ReadWALHits.Add(1)
+					t.countRead(readWALHit, start)
 				}
 				return nil
 			}
@@ -193,7 +195,7 @@ func (t *Table) withRowIn(ctx context.Context, view *readView, id string, attemp
 		}
 		loc, ok := s.find(id)
 		if !ok {
-			st.ReadAbsent.Add(1)
+			t.countRead(readAbsent, start)
 			return fmt.Errorf("%w: %q", ErrNotFound, id)
 		}
 		if err := t.db.point(ctx, hookReadLocated); err != nil {
@@ -203,11 +205,11 @@ func (t *Table) withRowIn(ctx context.Context, view *readView, id string, attemp
 		if err == nil {
 			switch {
 			case loc.inBase && loc.version > known:
-				st.ReadLateBaseHits.Add(1)
+				t.countRead(readLateBaseHit, start)
 			case loc.inBase:
-				st.ReadBaseHits.Add(1)
+				t.countRead(readBaseHit, start)
 			default:
-				st.ReadWALHits.Add(1)
+				t.countRead(readWALHit, start)
 			}
 			return nil
 		}
@@ -228,20 +230,20 @@ func (t *Table) withRowIn(ctx context.Context, view *readView, id string, attemp
 // invariant 7). The version must still be retained when the read begins
 // (in any process: the check is a HEAD of its manifest, not this process's
 // cache).
-func (t *Table) withPinned(ctx context.Context, id string, v uint64, use func(context.Context, location) error) error {
+func (t *Table) withPinned(ctx context.Context, id string, v uint64, start time.Time, use func(context.Context, location) error) error {
 	s, err := t.pinnedSnapshot(ctx, v)
 	if err != nil {
 		return err
 	}
-	return t.withPinnedIn(ctx, s, id, v, use)
+	return t.withPinnedIn(ctx, s, id, v, start, use)
 }
 
 // withPinnedIn is withPinned in s, the base-only view of version v that
-// pinnedSnapshot returned.
-func (t *Table) withPinnedIn(ctx context.Context, s *snapshot, id string, v uint64, use func(context.Context, location) error) error {
+// pinnedSnapshot returned; the read began at start.
+func (t *Table) withPinnedIn(ctx context.Context, s *snapshot, id string, v uint64, start time.Time, use func(context.Context, location) error) error {
 	loc, ok := s.base.find(id)
 	if !ok {
-		t.db.stats.ReadAbsent.Add(1)
+		t.countRead(readAbsent, start)
 		return fmt.Errorf("%w: %q in version %d", ErrNotFound, id, v)
 	}
 	if err := t.db.point(ctx, hookReadLocated); err != nil {
@@ -255,9 +257,40 @@ func (t *Table) withPinnedIn(ctx context.Context, s *snapshot, id string, v uint
 		return fmt.Errorf("%w: version %d: %w", ErrVersionGone, v, err)
 	}
 	if err == nil {
-		t.db.stats.ReadBaseHits.Add(1)
+		t.countRead(readBaseHit, start)
 	}
 	return err
+}
+
+// Outcomes of a point read that found its answer, counted and timed in
+// Stats.
+type readOutcome int
+
+const (
+	readBaseHit readOutcome = iota
+	readWALHit
+	readLateBaseHit
+	readAbsent
+)
+
+// countRead counts a point read's outcome and times it from start.
+func (t *Table) countRead(o readOutcome, start time.Time) {
+	st := t.db.stats
+	d := t.db.rt.Now().Sub(start)
+	switch o {
+	case readBaseHit:
+		st.ReadBaseHits.Add(1)
+		st.ReadBaseHitSeconds.observe(d)
+	case readWALHit:
+		st.ReadWALHits.Add(1)
+		st.ReadWALHitSeconds.observe(d)
+	case readLateBaseHit:
+		st.ReadLateBaseHits.Add(1)
+		st.ReadLateBaseHitSeconds.observe(d)
+	case readAbsent:
+		st.ReadAbsent.Add(1)
+		st.ReadAbsentSeconds.observe(d)
+	}
 }
 
 // pinnedSnapshot returns the base-only view of version v if v is still

@@ -16,6 +16,16 @@ type Stats struct {
 	RefreshRetries   atomic.Int64 // refreshes restarted because a generation they loaded was reclaimed
 	OwnedChecks      atomic.Int64 // commit checks answered by the owner's own view of its partition, without a probe
 
+	// Point reads (Get, Stat, OpenPayload, each id of GetMany) timed by
+	// outcome, from the call to the row found and used (its metadata read,
+	// its payload opened) or the answer "absent". Refusals and failures
+	// (ReadOverloaded, ReadMissingFile) are not timed here: the service
+	// times them as requests.
+	ReadBaseHitSeconds     Histogram
+	ReadWALHitSeconds      Histogram
+	ReadLateBaseHitSeconds Histogram
+	ReadAbsentSeconds      Histogram
+
 	Appends        atomic.Int64 // rows acknowledged
 	AppendRetries  atomic.Int64 // identical retries answered idempotently
 	AppendConflict atomic.Int64 // refused: same id, other content

@@ -600,6 +600,9 @@ func (rep *report) output() error {
 			return err
 		}
 		logf("wrote %s", o.out)
+		if err := rep.writeFigures(); err != nil {
+			return err
+		}
 	}
 	if len(rep.problems) > 0 {
 		for _, p := range rep.problems {

@@ -228,11 +228,35 @@ func (s *pside) newCluster(ctx context.Context, table string, writers, partition
 // settle waits until every writer names the same owner for every
 // partition, and that owner is one of the writers.
 func (c *pcluster) settle(ctx context.Context, partitions int) error {
+	ws := make([]namedTable, len(c.ws))
+	for i, w := range c.ws {
+		ws[i] = namedTable{w.name, w.tb}
+	}
+	return settleOwners(ctx, c.table, ws, partitions)
+}
+
+// namedTable is a writer's handle of a table.
+type namedTable struct {
+	writer string
+	tb     *engine.Table
+}
+
+// settleOwners waits until every writer's handle of table (each Owners
+// call joins its writer to the members, in the order given) names the
+// same owner for every one of the table's partitions, one of the writers.
+// Rows written before would be written by writers whose partitions then
+// move to writers that join later, and the first owners, fenced, fail
+// their next flush.
+func settleOwners(ctx context.Context, table string, ws []namedTable, partitions int) error {
+	byName := map[string]bool{}
+	for _, w := range ws {
+		byName[w.writer] = true
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		agree := true
 		var want []engine.Owner
-		for _, w := range c.ws {
+		for _, w := range ws {
 			owners, err := w.tb.Owners(ctx)
 			if err != nil {
 				return err
@@ -241,7 +265,7 @@ func (c *pcluster) settle(ctx context.Context, partitions int) error {
 				want = owners
 			}
 			for i, o := range owners {
-				if c.byName[o.Writer] == nil || o.Writer != want[i].Writer {
+				if !byName[o.Writer] || o.Writer != want[i].Writer {
 					agree = false
 				}
 			}
@@ -253,7 +277,7 @@ func (c *pcluster) settle(ctx context.Context, partitions int) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: the writers' views of the owners did not agree within 30s", c.table)
+			return fmt.Errorf("%s: the writers' views of the owners did not agree within 30s", table)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -462,6 +486,17 @@ func (s *pside) measureCell(ctx context.Context, table string, writers, partitio
 		}
 	}
 	cell.dur = time.Since(start)
+	// The cell is of lookups with writers active: on a machine slow
+	// enough that the sampling ended before any trickled append was
+	// acknowledged, the writers go on until one is (bounded).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		st.mu.Lock()
+		done := st.acked > 0 || st.errs > 0
+		st.mu.Unlock()
+		if done {
+			break
+		}
+	}
 	stop()
 	cell.w = st
 	cell.writerOps = snap{ops: c.writerOps()}.sub(snap{ops: before}).ops

@@ -55,6 +55,9 @@ func (rep *report) outputPartitions() error {
 			return err
 		}
 		logf("wrote the partitions section of %s", o.out)
+		if err := rep.writeFigures(); err != nil {
+			return err
+		}
 	}
 	if len(rep.problems) > 0 {
 		for _, p := range rep.problems {
@@ -266,7 +269,7 @@ func (rep *report) partitionsMarkdown() string {
 	pr("Written by the partitions phase of `rollbench` (%s), %s run, %s, wall time %v.\n\n", stores, mode,
 		rep.started.Format("2006-01-02 15:04 UTC"), p.dur.Round(time.Second))
 	pr("- **Reproduce:** `make bench-partitions` (`./test/azurite/azurite.sh run -- go run ./cmd/rollbench -phases partitions`; rewrites\n")
-	pr("  this section only); it is part of `make bench` too. Flags: `%s`. The issue's 10-minute sustained writes: `-part-sustain 10m`.\n", strings.Join(o.args, " "))
+	pr("  this section and its figure, `bench/model-partitions-pending.svg`, only); it is part of `make bench` too. Flags: `%s`. The issue's 10-minute sustained writes: `-part-sustain 10m`.\n", strings.Join(o.args, " "))
 	pr("- **Machine:** %s/%s, %d cores (%s), %s RAM; load average %s at start, %s at end; %s.\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), memTotal(), p.load0, p.load1, runtime.Version())
 	m := p.model
@@ -367,6 +370,7 @@ func (rep *report) partitionsMarkdown() string {
 				s.w.bp, s.w.errs, ms(a.p50), ms(a.p99), ms(raw.p50), ms(raw.p99), all, f, sec, s.passes, s.merged, s.verified, s.checked)
 		}
 		pr("\n")
+		pr("%s", rep.addFigure("model-partitions-pending", "pending generations over time under sustained writes, partitioned table", partSustainPlot(p.sustains)))
 		for _, s := range p.sustains {
 			pr("- %d writers: the writers' calls per acknowledged append: %s.\n", s.writers, perUnit(s.writerOps, s.w.acked))
 		}

@@ -26,6 +26,7 @@ type report struct {
 	parts        *partResult  // the partitions phase
 	feed         *feedResult  // the feed phase
 	probes       []phaseStats // the prober's, per phase
+	figures      []figure     // written beside -out with the report
 	problems     []string
 	warnings     []string
 }
@@ -145,7 +146,8 @@ func (r *report) markdown() string {
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), memTotal(), r.load0, r.load1)
 	p("- **Software:** %s; azblob %s on both sides; Azurite %s (`--location` on disk, `--skipApiVersionCheck`)\n",
 		runtime.Version(), moduleVersion("github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"), azuriteVersion())
-	p("- **Reproduce:** `make bench` (full run, ≲ 20 min, 10 of them the merge run; rewrites this file) · smoke test:\n")
+	p("- **Reproduce:** `make bench` (full run, ≲ 20 min, 10 of them the merge run; rewrites this file and its figures in `bench/`,\n")
+	p("  drawn by rollbench from the same run's data) · smoke test:\n")
 	p("  `make bench BENCH_FLAGS=-quick` (< 90 s, prints only) · directly: `./test/azurite/azurite.sh run -- go run ./cmd/rollbench [-quick]`\n")
 	p("  (`-phases backlog,shards` and the other flags of `go run ./cmd/rollbench -help` run parts; a partial run only prints)\n")
 	p("- **Setup:** rollstore = `engine` with `engine.DefaultConfig()` (shard `bench-0`, `ReclaimGrace` 0) over `objstore/azure`;\n")

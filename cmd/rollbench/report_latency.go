@@ -71,6 +71,9 @@ func (r *report) outputLatency() error {
 			return err
 		}
 		logf("wrote the latency model's section of %s", o.out)
+		if err := r.writeFigures(); err != nil {
+			return err
+		}
 	}
 	if len(r.problems) > 0 {
 		for _, p := range r.problems {
@@ -154,7 +157,7 @@ func (r *report) latencyMarkdown() string {
 	p("- **Machine:** %s/%s, %d vCPU (%s, shared with other work), %s RAM; load average %s at start, %s at end\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), memTotal(), r.load0, r.load1)
 	p("- **Reproduce:** `make bench-latency` (= `go run ./cmd/rollbench -store latency`: the full run, a few minutes; rewrites this\n")
-	p("  section of BENCHMARKS.md and nothing else) · `go run ./cmd/rollbench -store latency -quick` (< 1 min, prints only) ·\n")
+	p("  section of BENCHMARKS.md and its figures, `bench/model-*.svg`, and nothing else) · `go run ./cmd/rollbench -store latency -quick` (< 1 min, prints only) ·\n")
 	p("  `-latency-tier premium`, `-latency-head-p50 4ms`, `-latency-bandwidth 100`, `-latency-seed 2`, … (`go run ./cmd/rollbench -help`)\n")
 	p("- **Setup:** the reader is this process's `engine.DB` (payload cache off); the writers are `rollbench child`'s writer run\n")
 	p("  in this process, one goroutine and one `engine.DB` (its own shard) each, since a memory bucket cannot be shared\n")

@@ -116,6 +116,10 @@ func (r *report) scalingSection(b *strings.Builder, h, num string, sc *scaling) 
 			cell(ph, kAbsent, 0.5), cell(ph, kAbsent, 0.99), cell(ph, kWAL, 0.5), cell(ph, kWarm, 0.5), fresh)
 	}
 
+	if fig := r.addFigure(r.storeTag()+"-lookups-"+spec.name, "p50 lookup latency against "+spec.what+", with the raw GET and HEAD",
+		scalingPlot(sc, r.storeTag())); fig != "" {
+		p("\n%s", fig)
+	}
 	p("\nRequests per lookup (objstore calls the reader made, by what the key is) and refreshes per lookup:\n\n")
 	p("| %s | writers | absent id | WAL hit | base hit | just acknowledged | refreshes per absent lookup |\n", dims)
 	p("|%s---|---|---|---|---|---:|\n", dimSep)
@@ -257,6 +261,9 @@ func (r *report) sustainSection(b *strings.Builder) {
 		cur = append(cur, x)
 	}
 	flush(s.dur)
+	if fig := r.addFigure("azurite-merge-pending", "pending generations over time under sustained writes", sustainPlot(s)); fig != "" {
+		p("\n%s", fig)
+	}
 	h1, h2, peak, peakShard := s.halves()
 	p("\nFirst half: at most %d pending generations; second half: at most %d; peak %d (%d in one shard; appends are refused\n", h1, h2, peak, peakShard)
 	p("beyond 32 in a shard or 256 in all). Final status: base version %d, %d pending generations, %d pending rows.\n\n",

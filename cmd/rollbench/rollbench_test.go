@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -373,6 +375,23 @@ func TestLatencyScaling(t *testing.T) {
 	if strings.Contains(md, "\n## ") {
 		t.Error("the latency report has a second level-2 heading: it would end its own section in BENCHMARKS.md")
 	}
+
+	// Written, the report embeds its figures, drawn from the same rows.
+	dir := t.TempDir()
+	rep.o.out = filepath.Join(dir, "BENCHMARKS.md")
+	if err := rep.outputLatency(); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(rep.o.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookups := []string{"absent id, writers idle", "absent id, writers active", "WAL hit, writers idle", "base hit, writers idle",
+		"just acknowledged, active", "raw GET, writers idle", "raw HEAD, writers idle"}
+	checkFigures(t, string(written), dir, map[string][]string{
+		"bench/model-lookups-backlog.svg": lookups,
+		"bench/model-lookups-shards.svg":  lookups,
+	})
 }
 
 // The latency run replaces its own section of BENCHMARKS.md; the Azurite
@@ -509,6 +528,19 @@ func TestLatencyPartitions(t *testing.T) {
 	if strings.Count(md, "\n## ") != 0 {
 		t.Error("the section has a second level-2 heading")
 	}
+
+	dir := t.TempDir()
+	rep.o.out = filepath.Join(dir, "BENCHMARKS.md")
+	if err := rep.outputPartitions(); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(rep.o.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFigures(t, string(written), dir, map[string][]string{
+		"bench/model-partitions-pending.svg": {"2 writers: pending", "2 writers: max in a partition"},
+	})
 }
 
 // TestLatencyFeed runs the feed phase on the latency model, tiny: it

@@ -115,6 +115,25 @@ func sustainedMerge(ctx context.Context, r *reads) (*sustainResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The writers of a partitioned table agree on the owners before they
+	// write (see settleOwners).
+	if n := t.tb.Partitions(); n > 0 {
+		var tbs []namedTable
+		for _, w := range ws {
+			db := r.e.writer(w.name)
+			if db == nil {
+				return nil, fmt.Errorf("writer %s has no engine in this process", w.name)
+			}
+			tb, err := db.Table(ctx, table)
+			if err != nil {
+				return nil, err
+			}
+			tbs = append(tbs, namedTable{w.name, tb})
+		}
+		if err := settleOwners(ctx, table, tbs, n); err != nil {
+			return nil, err
+		}
+	}
 
 	// A backlog for the first pass, replayed on a quiet store.
 	if _, err := runPool(ctx, len(ws), len(ws), func(ctx context.Context, i int) error {

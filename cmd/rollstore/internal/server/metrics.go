@@ -159,6 +159,7 @@ func newMetrics(db *engine.DB) *metrics {
 		m.pendingGens, m.pendingRows, m.forwarded, m.forwardDuration, buildInfo, engineCollector{db},
 		m.feedRequests, m.feedRows, m.feedPayloadBytes, m.feedWaiting, m.feedCommits, m.consumerLagRows, m.consumerLagSeconds, m.feedRelays,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerOwnerMetrics(m, db)
 	return m
 }
 
