@@ -65,6 +65,9 @@ func (rep *report) outputFeed() error {
 			return err
 		}
 		logf("wrote the feed section of %s", o.out)
+		if err := rep.writeFigures(); err != nil {
+			return err
+		}
 	}
 	if len(rep.problems) > 0 {
 		for _, p := range rep.problems {
@@ -192,7 +195,7 @@ func (rep *report) feedMarkdown() string {
 	pr("Written by the feed phase of `rollbench` (%s), %s run, %s, wall time %v.\n\n", r.side, mode,
 		rep.started.Format("2006-01-02 15:04 UTC"), r.dur.Round(time.Second))
 	pr("- **Reproduce:** `make bench-feed` (`./test/azurite/azurite.sh run -- go run ./cmd/rollbench -phases feed`; rewrites this\n")
-	pr("  section only); it is part of `make bench` too. Flags: `%s`.\n", strings.Join(o.args, " "))
+	pr("  section and its figure, `%s`, only); it is part of `make bench` too. Flags: `%s`.\n", rep.feedFigureFile(), strings.Join(o.args, " "))
 	pr("- **Machine:** %s/%s, %d cores (%s), %s RAM; load average %s at start, %s at end; %s.\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), memTotal(), r.load0, r.load1, runtime.Version())
 	pr("- **Setup:** two tables of `engine.TableOptions{Partitions: %d}`; one writer engine owns every partition; every consumer, the\n", f.partitions)
@@ -241,6 +244,8 @@ func (rep *report) feedMarkdown() string {
 				float64(total(fc.ops))/fc.dur.Seconds(), perSecond(fc.ops, fc.dur))
 		}
 		pr("\n")
+		pr("%s", rep.addFigure(rep.feedFigureName(), "share of rows delivered within a latency of their append's start, per consumer, with the raw PUT + GET",
+			freshnessPlot(r)))
 	}
 	if len(r.sets) > 0 {
 		pr("### F2. Reading a whole table: throughput, before and after the merge\n\n")

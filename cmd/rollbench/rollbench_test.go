@@ -634,6 +634,20 @@ func TestLatencyFeed(t *testing.T) {
 	if strings.Count(md, "\n## ") != 0 {
 		t.Error("the section has a second level-2 heading")
 	}
+
+	dir := t.TempDir()
+	rep.o.out = filepath.Join(dir, "BENCHMARKS.md")
+	if err := rep.outputFeed(); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(rep.o.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFigures(t, string(written), dir, map[string][]string{
+		"bench/model-feed-freshness.svg": {"the owner's process", "another process, poll 250ms", "another process, poll 10ms",
+			"another process, relayed to the owner, poll 250ms", "raw PUT + GET (baseline)"},
+	})
 }
 
 // A delivery with a gap, a repeat, a row out of order, or a row missing
