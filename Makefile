@@ -21,7 +21,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := github.com/rollstore/rollstore/internal/version
 LDFLAGS  := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 
-.PHONY: all build run test unit lint sim soak sim-mutants bench bench-latency bench-partitions fixture azurite-install clean
+.PHONY: all build run test unit lint sim soak sim-mutants bench bench-latency bench-partitions bench-feed fixture azurite-install clean
 
 all: build
 
@@ -93,7 +93,8 @@ unit:
 # Benchmarks: cmd/rollbench against a fresh Azurite, rollstore vs the raw
 # Azure SDK in the same run (appends, memory, reads, lookups against the
 # backlog and the number of writer shards with writers and a merger in
-# processes of their own, 10 minutes of merges under sustained writes);
+# processes of their own, partitioned tables, the change feed, 10 minutes
+# of merges under sustained writes);
 # prints a markdown report, the performance goal table first, and rewrites
 # BENCHMARKS.md with its SVG figures in bench/, drawn by rollbench from the
 # run's data (≲ 20 min). `make bench BENCH_FLAGS=-quick` is a < 90 s smoke
@@ -120,6 +121,16 @@ bench-latency:
 # BENCH_FLAGS=-quick is a smoke run that only prints.
 bench-partitions:
 	$(AZURITE) run -- $(GO) run ./cmd/rollbench -phases partitions $(BENCH_FLAGS)
+
+# The feed phase alone (part of `make bench`): freshness of a long-polling
+# consumer in the owner's process and in another (two poll intervals)
+# against a raw PUT + GET, whole-table reads with and without payloads
+# against raw GETs and Table.Scan, before and after the WAL is merged, and
+# the store calls of 1 … 100 consumers long-polling an idle table.
+# Rewrites the "Feed" section of BENCHMARKS.md (≈ 5 min);
+# BENCH_FLAGS=-quick is a smoke run that only prints.
+bench-feed:
+	$(AZURITE) run -- $(GO) run ./cmd/rollbench -phases feed $(BENCH_FLAGS)
 
 # The staging fixture (rollstore fixture) against a fresh Azurite, as an
 # operator runs it against a storage account, sized for Azurite on a small

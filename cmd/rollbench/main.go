@@ -109,6 +109,9 @@ type options struct {
 	partSpread, partSustainDur, partTick                       time.Duration
 	partSustainRate                                            float64
 
+	// The feed phase (feed.go).
+	feed feedOptions
+
 	phases map[string]bool
 
 	// The store: "azurite" (the default) or "latency" (objstore/memory
@@ -124,7 +127,7 @@ type options struct {
 }
 
 // allPhases are the report's phases in order; -phases selects some.
-var allPhases = []string{"appends", "memory", "reads", "backlog", "shards", "partitions", "merge"}
+var allPhases = []string{"appends", "memory", "reads", "backlog", "shards", "partitions", "feed", "merge"}
 
 // latencyPhases are the phases -store latency runs by default; the others
 // compare against the Azure SDK itself (uploads, memory, merge replays), or
@@ -216,6 +219,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.partSustainRate, "part-sustain-rate", 100, "partitions phase: rows per second offered by all the writers of a sustained-write run together")
 	fs.IntVar(&o.partSustainSize, "part-sustain-size", 8<<10, "partitions phase: payload bytes of the sustained writes' rows")
 	fs.DurationVar(&o.partTick, "part-tick", 2*time.Second, "partitions phase: how often the sustained writes sample pending generations")
+	o.feed.register(fs)
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run ("+strings.Join(allPhases, ",")+"); a partial run only prints")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", `write the report here ("" to only print it)`)
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench containers instead of deleting them")
@@ -255,11 +259,12 @@ func parseFlags(args []string) (*options, error) {
 		def("part-fwd-samples", func() { o.partFwdSamples = 15 })
 		def("part-sustain", func() { o.partSustainDur = 10 * time.Second })
 		def("sustain-verify", func() { o.sustainVerify = 50 })
+		o.feed.quick(def)
 	}
 	switch o.store {
 	case storeAzurite:
 	case storeLatency:
-		phaseList = append(latencyPhases[:len(latencyPhases):len(latencyPhases)], "partitions")
+		phaseList = append(latencyPhases[:len(latencyPhases):len(latencyPhases)], "partitions", "feed")
 		switch *tier {
 		case "standard":
 			o.lat = latency.StandardConfig()
@@ -351,7 +356,7 @@ func parseFlags(args []string) (*options, error) {
 	if o.store == storeLatency {
 		defaults = len(latencyPhases)
 	}
-	if len(o.phases) < defaults && !set["out"] && !o.partitionsOnly() {
+	if len(o.phases) < defaults && !set["out"] && !o.partitionsOnly() && !o.feedOnly() {
 		o.out = ""
 	}
 	switch {
@@ -372,6 +377,9 @@ func parseFlags(args []string) (*options, error) {
 	case o.partSamples < 1 || o.partFwdSamples < 1 || o.partFwdSize < 1 || o.partSustainSize < 1 || o.partSustainRate <= 0 ||
 		o.partSustainDur <= 0 || o.partTick <= 0 || o.partSpread < 0:
 		return nil, errors.New("the -part-* counts, sizes, rates and durations must be positive")
+	}
+	if err := o.feed.validate(); err != nil {
+		return nil, err
 	}
 	o.args = args
 	return o, nil
@@ -475,6 +483,9 @@ func measure(ctx context.Context, o *options) (*report, error) {
 	if o.partitionsOnly() {
 		return rep.partitions(ctx, e)
 	}
+	if o.feedOnly() {
+		return rep.feedPhase(ctx, e)
+	}
 	r, err := setupReads(ctx, e, wdb)
 	if err != nil {
 		return nil, err
@@ -519,6 +530,13 @@ func measure(ctx context.Context, o *options) (*report, error) {
 		}
 	}
 
+	// The change feed.
+	if o.phases["feed"] && ctx.Err() == nil {
+		if _, err := rep.feedPhase(ctx, e); err != nil {
+			return nil, err
+		}
+	}
+
 	// 6. Merges under sustained writes.
 	if o.phases["merge"] && ctx.Err() == nil {
 		r.prober.mark("9. merges under sustained writes")
@@ -537,6 +555,9 @@ func measure(ctx context.Context, o *options) (*report, error) {
 	if rep.parts != nil {
 		rep.problems = append(rep.problems, rep.parts.verify()...)
 	}
+	if rep.feed != nil {
+		rep.problems = append(rep.problems, rep.feed.verify()...)
+	}
 	rep.dur = time.Since(rep.started)
 	if r != nil && r.prober != nil {
 		rep.probes = r.prober.perPhase(time.Since(r.prober.start))
@@ -553,6 +574,9 @@ func (rep *report) output() error {
 	if o.partitionsOnly() {
 		return rep.outputPartitions()
 	}
+	if o.feedOnly() {
+		return rep.outputFeed()
+	}
 	if rep.e.lat != nil {
 		return rep.outputLatency()
 	}
@@ -568,6 +592,9 @@ func (rep *report) output() error {
 		}
 		if rep.parts != nil {
 			md = spliceSection(md, partHeading, rep.partitionsMarkdown())
+		}
+		if rep.feed != nil {
+			md = spliceSection(md, feedHeading, rep.feedMarkdown())
 		}
 		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
 			return err

@@ -24,6 +24,7 @@ type report struct {
 	scalings     []*scaling // in the order of scaleSpecs
 	sustain      *sustainResult
 	parts        *partResult  // the partitions phase
+	feed         *feedResult  // the feed phase
 	probes       []phaseStats // the prober's, per phase
 	figures      []figure     // written beside -out with the report
 	problems     []string

@@ -26,7 +26,7 @@ const (
 // latency model's) to the end.
 func keptTail(old string) string {
 	cut := -1
-	for _, h := range []string{fixtureHeading, latencyHeading, partHeading} {
+	for _, h := range []string{fixtureHeading, latencyHeading, partHeading, feedHeading} {
 		if i := strings.Index(old, "\n"+h); i >= 0 && (cut < 0 || i < cut) {
 			cut = i
 		}

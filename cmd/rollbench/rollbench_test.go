@@ -542,3 +542,153 @@ func TestLatencyPartitions(t *testing.T) {
 		"bench/model-partitions-pending.svg": {"2 writers: pending", "2 writers: max in a partition"},
 	})
 }
+
+// TestLatencyFeed runs the feed phase on the latency model, tiny: it
+// checks that every case ran, every row was checked, and what the report
+// says, not timings.
+func TestLatencyFeed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs engines for a few seconds")
+	}
+	args := []string{"-store", "latency", "-quick", "-phases", "feed", "-out", "",
+		"-feed-samples", "6", "-feed-spacing", "5ms", "-feed-fast-poll", "10ms", "-feed-rows", "40", "-feed-gen-rows", "15",
+		"-feed-size", "3000", "-feed-rounds", "2", "-feed-consumers", "1,4", "-feed-idle-wait", "200ms", "-feed-idle-window", "300ms", "-latency-bandwidth", "600"}
+	for _, op := range latency.Ops {
+		name := "-latency-" + strings.ReplaceAll(string(op), "_", "-")
+		args = append(args, name+"-p50", "200us", name+"-p99", "800us")
+	}
+	o, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.feedOnly() || o.out != "" {
+		t.Fatal("-phases feed is the feed phase alone")
+	}
+	rep, err := measure(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.problems) > 0 {
+		t.Fatalf("problems: %v", rep.problems)
+	}
+	f := rep.feed
+	if f == nil || len(f.fresh) != 4 || len(f.sets) != 2 || len(f.idles) != 3 || f.merge == nil {
+		t.Fatalf("feed result: %+v", f)
+	}
+	if n := len(f.baseline.total); n != 6 {
+		t.Errorf("%d raw PUT + GET samples, want 6", n)
+	}
+	for _, fc := range f.fresh {
+		if fc.rows != 6 || len(fc.e2e.total) != 6 || fc.pages == 0 || fc.pages > 6 {
+			t.Errorf("freshness %s: %d rows in %d pages, %d samples; want 6 rows", fc.label, fc.rows, fc.pages, len(fc.e2e.total))
+		}
+		// Every delivered row is one GET of its segment (one row each).
+		if got := fc.own.snap().ops["Get segment"]; got != 6 {
+			t.Errorf("freshness %s: the consumer made %d segment GETs for 6 rows of a segment each", fc.label, got)
+		}
+	}
+	for _, s := range f.sets {
+		for _, k := range thrKinds {
+			r := s.reads[k]
+			if r == nil || r.rows != 2*40 || r.reads != 2 || len(r.rates) != 2 {
+				t.Fatalf("%s %s: %+v, want 2 reads of 40 rows", s.when, k, r)
+			}
+		}
+		if r := s.reads[kFeedPayload]; r.bytes != 2*40*3000 || r.uncarried != 0 {
+			t.Errorf("%s: the feed carried %d payload bytes (%d rows not carried), want every row's", s.when, r.bytes, r.uncarried)
+		}
+		if r := s.reads[kFeedMeta]; r.bytes != 0 {
+			t.Errorf("%s: a read without payloads carried %d bytes", s.when, r.bytes)
+		}
+	}
+	// 40 rows, a flush after every 15: three rounds, each sealing a
+	// generation in every partition the round wrote to.
+	if m := f.merge; m.rows != 40 || m.pending != 0 || m.reclaimed != 0 || m.gens < 3 {
+		t.Errorf("merge: %+v; want 40 rows merged, nothing pending or reclaimed", m)
+	}
+	if f.expired != 0 {
+		t.Errorf("%d reads expired", f.expired)
+	}
+	for _, fi := range f.idles {
+		if fi.delivered != 0 || fi.ops["Head head"] == 0 || fi.answers == 0 {
+			t.Errorf("idle %d consumers, poll %v: %d delivered, %d head probes, %d answers", fi.consumers, fi.poll, fi.delivered, fi.ops["Head head"], fi.answers)
+		}
+	}
+	md := rep.feedMarkdown()
+	for _, want := range []string{
+		feedHeading + ": freshness, throughput",
+		"| measure | result | goal | verdict |",
+		"freshness, consumer in the owner's process: append start → row delivered / raw PUT + GET, p50",
+		"freshness, consumer in another process, poll 10ms",
+		"relayed to the owner",
+		"throughput with payloads (3000B each)",
+		"store requests/s of a process whose 1 / 4 consumers long-poll an idle table",
+		"catch-up after the merge: reads answered 410 cursor_expired | 0 of 4 reads",
+		"### F1. Freshness", "### F2. Reading a whole table", "### F3. Long-polls on an idle table", "### What the numbers say",
+		"| after merge | feed, payloads | 80 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the section lacks %q", want)
+		}
+	}
+	if strings.Count(md, "\n## ") != 0 {
+		t.Error("the section has a second level-2 heading")
+	}
+
+	dir := t.TempDir()
+	rep.o.out = filepath.Join(dir, "BENCHMARKS.md")
+	if err := rep.outputFeed(); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(rep.o.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFigures(t, string(written), dir, map[string][]string{
+		"bench/model-feed-freshness.svg": {"the owner's process", "another process, poll 250ms", "another process, poll 10ms",
+			"another process, relayed to the owner, poll 250ms", "raw PUT + GET (baseline)"},
+	})
+}
+
+// A delivery with a gap, a repeat, a row out of order, or a row missing
+// fails the checks; a right one passes.
+func TestCheckDelivery(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	var ids []string
+	written := map[string]wrote{}
+	for i := range 4 {
+		id := fmt.Sprintf("row-%d", i)
+		for j := 0; engine.PartitionOf(id, 2) != 0; j++ {
+			id = fmt.Sprintf("row-%d-%d", i, j)
+		}
+		ids = append(ids, id)
+		// One at a time: each append began after the one before was acknowledged.
+		written[id] = wrote{start: t0.Add(time.Duration(2*i) * time.Second), ack: t0.Add(time.Duration(2*i+1) * time.Second)}
+	}
+	deliver := func(order ...int) []got {
+		var out []got
+		for off, i := range order {
+			out = append(out, got{id: ids[i], part: 0, off: uint64(off)})
+		}
+		return out
+	}
+	if p := checkDelivery("ok", deliver(0, 1, 2, 3), written, 2, nil); len(p) != 0 {
+		t.Fatalf("a right delivery failed: %v", p)
+	}
+	for name, c := range map[string]struct {
+		rows []got
+		want string
+	}{
+		"swapped":   {deliver(0, 2, 1, 3), "began after it was acknowledged"},
+		"repeated":  {deliver(0, 1, 1, 2, 3), "delivered twice"},
+		"missing":   {deliver(0, 1, 2), "never delivered"},
+		"gap":       {append(deliver(0, 1), got{id: ids[2], off: 3}, got{id: ids[3], off: 4}), "want 2 (offsets dense)"},
+		"bytes":     {append(deliver(0, 1, 2), got{id: ids[3], off: 3, bad: "differs"}), "differs"},
+		"partition": {append(deliver(0, 1, 2), got{id: ids[3], part: 1, off: 0}), "delivered in partition 1"},
+	} {
+		p := checkDelivery(name, c.rows, written, 2, nil)
+		if !strings.Contains(strings.Join(p, "\n"), c.want) {
+			t.Errorf("%s: problems %q, want one saying %q", name, p, c.want)
+		}
+	}
+}
