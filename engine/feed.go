@@ -179,13 +179,32 @@ func (t *Table) feed(ctx context.Context, opts FeedOptions) (*FeedPage, error) {
 		defer sched.Stop(deadline)
 	}
 	var pos map[int]Position
+	// A long poll starts from the heads the process knows, however old,
+	// so that many readers polling an idle table cost no probe each: what
+	// they miss, the probe loop's next look wakes them for, and an empty
+	// answer is given only on heads observed after the read began.
+	loose := opts.Wait > 0
+	// strict: check cursors against what the feed retains before reading
+	// (after a generation was found gone); otherwise a missing generation
+	// tells.
+	strict := false
 	for reclaimed := 0; ; {
-		heads, err := t.feedHeads(ctx, parts, since)
-		if err != nil {
-			return nil, t.noteGone(err)
+		heads, fresh := t.knownHeads(parts, since)
+		if !loose || heads == nil {
+			var err error
+			if heads, err = t.feedHeads(ctx, parts, since); err != nil {
+				return nil, t.noteGone(err)
+			}
+			fresh = true
 		}
 		if pos == nil {
-			if pos, err = t.feedStart(ctx, opts, parts, heads); err != nil {
+			var err error
+			pos, err = t.feedStart(ctx, opts, parts, heads, strict)
+			if errors.Is(err, ErrBadCursor) && !fresh {
+				loose = false // the cursor is of heads newer than the ones known
+				continue
+			}
+			if err != nil {
 				return nil, t.noteGone(err)
 			}
 		}
@@ -193,20 +212,28 @@ func (t *Table) feed(ctx context.Context, opts FeedOptions) (*FeedPage, error) {
 		var exp *CursorExpiredError
 		if errors.As(err, &exp) && exp.Oldest.Incarnation == "" && reclaimed < maxRetries {
 			// A generation was reclaimed under the read: start over from
-			// the positions, which tells an expired cursor (with the
-			// oldest valid one) from one the reclaim skipped no row of.
+			// the positions, checked against what the feed retains, which
+			// tells an expired cursor (with the oldest valid one) from one
+			// the reclaim skipped no row of.
 			reclaimed++
-			pos = nil
+			pos, strict = nil, true
 			continue
 		}
 		if err != nil {
 			return nil, t.noteGone(err)
 		}
-		if len(page.Rows) > 0 || deadline == nil || deadline.Fired() {
+		if len(page.Rows) > 0 {
 			return page, nil
 		}
 		pos = page.Next.Pos
 		opts.Cursor = &page.Next
+		if deadline == nil || deadline.Fired() {
+			if !fresh {
+				loose = false // empty: look again on heads observed since the read began
+				continue
+			}
+			return page, nil
+		}
 		if err := t.feedWait(ctx, parts, heads, pos, deadline); err != nil {
 			return page, err
 		}
@@ -249,7 +276,7 @@ func (t *Table) feedParts(opts FeedOptions) ([]int, error) {
 // (or, with Latest, the head). A position below what the feed retains is
 // expired, unless no row lies between it and the oldest retained one (a
 // reader that stood at the end of a generation while it expired).
-func (t *Table) feedStart(ctx context.Context, opts FeedOptions, parts []int, heads map[int]head) (map[int]Position, error) {
+func (t *Table) feedStart(ctx context.Context, opts FeedOptions, parts []int, heads map[int]head, strict bool) (map[int]Position, error) {
 	c := opts.Cursor
 	if c != nil && c.Incarnation != t.Incarnation() {
 		oldest, err := t.oldestCursor(ctx, parts, heads)
@@ -273,6 +300,10 @@ func (t *Table) feedStart(ctx context.Context, opts FeedOptions, parts []int, he
 		if ok {
 			if err := checkPos(p, cp, h); err != nil {
 				return nil, err
+			}
+			if !strict {
+				pos[p] = cp // a generation gone under it tells whether it expired
+				continue
 			}
 		}
 		oldest, err := t.oldestPos(ctx, p, h)
@@ -603,6 +634,15 @@ func (t *Table) readFeed(ctx context.Context, opts FeedOptions, parts []int, hea
 				stopped = true
 				break
 			}
+			// A payload that an answer could carry but this one has no room
+			// left for goes in the next answer, with its row; one too large
+			// for any answer is not carried (the reader fetches it by id).
+			carry := opts.PayloadBytes > 0 && rec.PayloadSize <= opts.PayloadBytes && size+rec.PayloadSize <= opts.MaxBytes
+			if carry && len(page.Rows) > 0 && opts.Filter.keeps(&rec) &&
+				(payloadBytes+rec.PayloadSize > opts.PayloadBytes || bytes+size+rec.PayloadSize > opts.MaxBytes) {
+				stopped = true
+				break
+			}
 			scanned++
 			next := Position{Gen: fs.gen, Seg: fs.seg, Row: r + 1, Offset: fs.first + uint64(r) + 1, At: seg.at}
 			if r+1 == len(seg.rows) {
@@ -615,7 +655,7 @@ func (t *Table) readFeed(ctx context.Context, opts FeedOptions, parts []int, hea
 			}
 			row := FeedRow{Partition: fs.part, Offset: fs.first + uint64(r), AckedAt: seg.at, Record: rec}
 			row.Record.Payload = nil
-			if opts.PayloadBytes > 0 && payloadBytes+rec.PayloadSize <= opts.PayloadBytes && bytes+size+rec.PayloadSize <= opts.MaxBytes {
+			if carry {
 				if rec.Inline() {
 					row.Record.Payload, row.Carried = rec.Payload, true
 					if row.Record.Payload == nil {

@@ -84,6 +84,25 @@ func (t *Table) feedHeads(ctx context.Context, parts []int, since time.Time) (ma
 	return out, nil
 }
 
+// knownHeads returns the heads of parts the process knows (nil if it knows
+// not every one), and whether each was observed after since.
+func (t *Table) knownHeads(parts []int, since time.Time) (map[int]head, bool) {
+	w := t.watch()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[int]head, len(parts))
+	fresh := true
+	for _, p := range parts {
+		s, ok := w.heads[p]
+		if !ok {
+			return nil, false
+		}
+		out[p] = s.h
+		fresh = fresh && s.at.After(since)
+	}
+	return out, fresh
+}
+
 // probeHeads HEADs the heads of parts, in parallel, and notes them.
 func (t *Table) probeHeads(ctx context.Context, parts []int) (map[int]head, error) {
 	w := t.watch()
@@ -186,6 +205,7 @@ func (t *Table) probeLoop() {
 			return
 		}
 		w.mu.Unlock()
+		t.db.stats.FeedRounds.Add(1)
 		pctx, cancel := t.db.rt.WithTimeout(ctx, max(t.db.cfg.FeedPollInterval*4, 5*time.Second))
 		if _, err := t.probeHeads(pctx, parts); err != nil {
 			t.noteGone(err) //nolint:errcheck // a retired table ends the loop above

@@ -46,5 +46,6 @@ type Stats struct {
 	OrphansSwept      atomic.Int64
 
 	FeedProbes  atomic.Int64 // partition heads probed for feed reads
+	FeedRounds  atomic.Int64 // rounds of the long polls' probe loops
 	FeedWaiting atomic.Int64 // feed reads waiting for a row now (a gauge)
 }
