@@ -519,18 +519,44 @@ func TestFeedCarriesPayloadsWithinTheBudget(t *testing.T) {
 	payloads["empty"] = []byte{}
 	ids = append(ids, "empty")
 
-	p, _ := e.feedPage("t", "payloads", fmt.Sprint(25<<10))
-	checkFeedOrder(t, p.Rows, ids, nil)
-	carried := 0
-	for _, r := range p.Rows {
-		if r.Carried {
-			carried++
-			if !bytes.Equal(r.Payload, payloads[r.ID]) || r.PayloadURL != "" {
-				t.Fatalf("row %s carries %d bytes and url %q", r.ID, len(r.Payload), r.PayloadURL)
-			}
-			continue
+	// Within a 25 KiB budget: two of 10 KiB per answer, each answer ending
+	// before the row whose payload only the next one has room for.
+	var rows []client.FeedRow
+	var shape []int
+	cursor := ""
+	for range 10 {
+		args := []string{"payloads", fmt.Sprint(25 << 10)}
+		if cursor != "" {
+			args = append(args, "cursor", cursor)
 		}
-		// Not carried: its URL serves the bytes, by range too.
+		p, _ := e.feedPage("t", args...)
+		if len(p.Rows) == 0 {
+			break
+		}
+		rows, shape, cursor = append(rows, p.Rows...), append(shape, len(p.Rows)), p.Cursor
+	}
+	checkFeedOrder(t, rows, ids, nil)
+	if fmt.Sprint(shape) != "[2 2 2]" {
+		t.Fatalf("answers of %v rows, want [2 2 2]", shape)
+	}
+	for _, r := range rows {
+		if !r.Carried || !bytes.Equal(r.Payload, payloads[r.ID]) || r.PayloadURL != "" {
+			t.Fatalf("row %s carries %v, %d bytes and url %q", r.ID, r.Carried, len(r.Payload), r.PayloadURL)
+		}
+	}
+	if got := testutil.ToFloat64(e.srv.metrics.feedPayloadBytes); got != 50<<10 {
+		t.Fatalf("rollstore_feed_payload_bytes_total %v", got)
+	}
+	// A budget below a payload never carries it: its URL serves the bytes,
+	// by range too.
+	small, _ := e.feedPage("t", "payloads", fmt.Sprint(5<<10))
+	if len(small.Rows) != 6 {
+		t.Fatalf("%d rows with a 5 KiB budget", len(small.Rows))
+	}
+	for _, r := range small.Rows[:5] {
+		if r.Carried {
+			t.Fatalf("row %s carried in a budget smaller than its payload", r.ID)
+		}
 		got := e.do("GET", r.PayloadURL, nil)
 		if got.status != http.StatusOK || !bytes.Equal(got.body, payloads[r.ID]) {
 			t.Fatalf("%s: %d, %d bytes", r.PayloadURL, got.status, len(got.body))
@@ -539,14 +565,6 @@ func TestFeedCarriesPayloadsWithinTheBudget(t *testing.T) {
 		if part.status != http.StatusPartialContent || !bytes.Equal(part.body, payloads[r.ID][:10]) {
 			t.Fatalf("%s by range: %d", r.PayloadURL, part.status)
 		}
-	}
-	// Two of 10 KiB fit 25 KiB, the next two do not, the empty one fits
-	// what is left.
-	if carried != 3 {
-		t.Fatalf("%d rows carried within a 25 KiB budget", carried)
-	}
-	if got := testutil.ToFloat64(e.srv.metrics.feedPayloadBytes); got != 20<<10 {
-		t.Fatalf("rollstore_feed_payload_bytes_total %v", got)
 	}
 	all, _ := e.feedPage("t", "payloads", "all")
 	for _, r := range all.Rows {
@@ -628,7 +646,9 @@ func TestFeedAnswersArrowWithTheCursorInTheSchema(t *testing.T) {
 		}
 		return b, sc, r.header.Get(hdrCursor)
 	}
-	b, sc, cursor := read("payloads", "250", "max_rows", "10")
+	// A budget smaller than every payload carries none: each row has its
+	// URL instead.
+	b, sc, cursor := read("payloads", "50", "max_rows", "10")
 	if b == nil || b.NumRows() != 4 {
 		t.Fatalf("batch %v", b)
 	}
@@ -658,8 +678,18 @@ func TestFeedAnswersArrowWithTheCursorInTheSchema(t *testing.T) {
 			t.Fatalf("row %s: partition %d offset %d", id, parts.Value(i), offsets.Value(i))
 		}
 	}
-	if carried != 2 {
-		t.Fatalf("%d rows carried in 250 bytes of 100-byte payloads", carried)
+	if carried != 0 {
+		t.Fatalf("%d rows carried in 50 bytes of 100-byte payloads", carried)
+	}
+	all, allSchema, _ := read("payloads", "all")
+	if all == nil || all.NumRows() != 4 {
+		t.Fatalf("payloads=all: batch %v", all)
+	}
+	allIDs, allPayload := all.Column(allSchema.FieldIndices("id")[0]).(*array.String), all.Column(allSchema.FieldIndices("payload")[0]).(*array.Binary)
+	for i := range int(all.NumRows()) {
+		if !allPayload.IsValid(i) || !bytes.Equal(allPayload.Value(i), payloadOf(allIDs.Value(i), 100)) {
+			t.Fatalf("payloads=all: row %s not carried", allIDs.Value(i))
+		}
 	}
 	if col("reward").(*array.Float64).Value(0) != 0.5 || col("acked_at").(*array.Timestamp).Value(0) == 0 {
 		t.Fatal("reward or acked_at wrong")
