@@ -80,6 +80,7 @@ func TestManyProcesses(t *testing.T) {
 		"--generation-max-age", "1s", // generations seal, merge and are reclaimed during the test
 		"--merge-interval", "300ms",
 		"--reclaim-grace", "0s", // reclaim right after the commit: reads race it
+		"--feed-retention", "0s", // keeping no merged generation for the feed
 		"--retain-versions", "2", "--retain-age", "0s", // and collect old versions too
 		"--orphan-grace", "30s", // longer than any upload here (a stopped writer's is never acknowledged)
 		"--drain-timeout", drainTimeout.String(),
