@@ -49,3 +49,11 @@ func (t *Table) CachedOwners() (owners []Owner, ok bool) {
 	}
 	return owners, true
 }
+
+// Writing reports whether this process runs the writer of partition p:
+// whether a commit of p here could still be acknowledged without taking
+// the partition first. A writer that learns the partition moved hands it
+// over (seals, stops) shortly after its view of the members says so.
+func (t *Table) Writing(p int) bool {
+	return t.partitions > 0 && t.liveWriter(PartitionName(p)) != nil
+}

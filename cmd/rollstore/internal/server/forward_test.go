@@ -573,9 +573,12 @@ func TestForwardPartitionMovedAfterBody(t *testing.T) {
 	c = newPod(t, store, "pod-c") // back: it takes id's partition
 	want(t, c.do("GET", "/v1/tables/t", nil), http.StatusOK, "")
 	deadline = time.Now().Add(time.Minute)
-	for a.owner("t", id).Writer != "pod-c" {
+	// pod-a sees pod-c own the partition, and has handed it over: its
+	// writer, which could still commit there, has stopped.
+	part := engine.PartitionOf(id, a.table("t").Partitions())
+	for a.owner("t", id).Writer != "pod-c" || a.table("t").Writing(part) {
 		if time.Now().After(deadline) {
-			t.Fatalf("pod-a does not see pod-c own %s", id)
+			t.Fatalf("pod-a does not see pod-c own %s, or still writes its partition", id)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
